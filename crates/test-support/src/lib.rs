@@ -1,0 +1,93 @@
+//! Test harness shared by the workspace's crates.
+//!
+//! Privileged tests (real mounts, `/dev/fuse`) must never leak a mount onto the host. They call
+//! [`private_mount_namespace`] first, which moves the calling thread into a new mount namespace
+//! whose mounts are all private, so everything the test mounts disappears with the thread.
+//!
+//! When the privilege is missing the test is skipped loudly on a developer machine and fails when
+//! `CI=true`: in CI a silent skip would hide a whole class of tests.
+//!
+//! This crate is for tests only; it does not clean up anything a test leaves behind inside its
+//! own namespace, because the namespace itself is the cleanup.
+
+use std::fmt;
+
+/// Why a privileged test could not run.
+#[derive(Debug)]
+pub struct Unprivileged(String);
+
+impl fmt::Display for Unprivileged {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// Moves the calling thread into a new, fully private mount namespace.
+///
+/// Threads the caller spawns afterwards (a tokio runtime's workers, say) inherit the namespace.
+/// Returns `true` when the test may go on. Returns `false` after printing a `SKIPPED` line when
+/// the process is not root or the kernel refuses, and panics instead when `CI=true`.
+#[must_use = "a privileged test must return early when this is false"]
+pub fn private_mount_namespace(test: &str) -> bool {
+    match try_private_mount_namespace() {
+        Ok(()) => true,
+        Err(why) => skip_or_fail(test, &why.to_string()),
+    }
+}
+
+/// Like [`private_mount_namespace`] and additionally requires `/dev/fuse`.
+#[must_use = "a privileged test must return early when this is false"]
+pub fn private_mount_namespace_with_fuse(test: &str) -> bool {
+    if !std::path::Path::new("/dev/fuse").exists() {
+        return skip_or_fail(test, "/dev/fuse does not exist");
+    }
+    private_mount_namespace(test)
+}
+
+/// Whether the tests run in CI, where a skipped privileged test is a failure.
+pub fn in_ci() -> bool {
+    std::env::var_os("CI").is_some_and(|v| v == "true")
+}
+
+fn skip_or_fail(test: &str, why: &str) -> bool {
+    assert!(!in_ci(), "privileged test {test} cannot run in CI: {why}");
+    eprintln!("SKIPPED (needs root in a private mount namespace): {test}: {why}");
+    false
+}
+
+/// The mount namespace setup without the skip policy, for harnesses that report on their own.
+pub fn try_private_mount_namespace() -> Result<(), Unprivileged> {
+    use rustix::mount::{MountPropagationFlags, mount_change};
+    use rustix::thread::UnshareFlags;
+
+    if !rustix::process::geteuid().is_root() {
+        return Err(Unprivileged("not running as root".to_owned()));
+    }
+    unshare_mount_namespace(UnshareFlags::NEWNS)
+        .map_err(|e| Unprivileged(format!("unshare(CLONE_NEWNS) failed: {e}")))?;
+    mount_change("/", MountPropagationFlags::REC | MountPropagationFlags::PRIVATE)
+        .map_err(|e| Unprivileged(format!("making / recursively private failed: {e}")))?;
+    Ok(())
+}
+
+#[allow(unsafe_code)]
+fn unshare_mount_namespace(flags: rustix::thread::UnshareFlags) -> rustix::io::Result<()> {
+    // SAFETY: the flags only ever hold NEWNS (which implies FS); the file descriptor table stays
+    // shared, so no thread can observe a descriptor from another table.
+    unsafe { rustix::thread::unshare_unsafe(flags) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn private_namespace_differs_from_the_initial_one() {
+        let before = std::fs::read_link("/proc/thread-self/ns/mnt").unwrap();
+        if !private_mount_namespace("private_namespace_differs_from_the_initial_one") {
+            return;
+        }
+        let after = std::fs::read_link("/proc/thread-self/ns/mnt").unwrap();
+        assert_ne!(before, after, "the thread must be in a new mount namespace");
+    }
+}
