@@ -51,6 +51,7 @@ pub fn in_ci() -> bool {
 
 fn skip_or_fail(test: &str, why: &str) -> bool {
     assert!(!in_ci(), "privileged test {test} cannot run in CI: {why}");
+    #[allow(clippy::print_stderr, reason = "a skipped privileged test must be seen in the output")]
     eprintln!("SKIPPED (needs root in a private mount namespace): {test}: {why}");
     false
 }
