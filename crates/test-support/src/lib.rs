@@ -49,9 +49,9 @@ pub fn in_ci() -> bool {
     std::env::var_os("CI").is_some_and(|v| v == "true")
 }
 
+#[allow(clippy::print_stderr, reason = "a skipped privileged test must be seen in the output")]
 fn skip_or_fail(test: &str, why: &str) -> bool {
     assert!(!in_ci(), "privileged test {test} cannot run in CI: {why}");
-    #[allow(clippy::print_stderr, reason = "a skipped privileged test must be seen in the output")]
     eprintln!("SKIPPED (needs root in a private mount namespace): {test}: {why}");
     false
 }
