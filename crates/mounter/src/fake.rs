@@ -1,0 +1,227 @@
+//! A stateful fake of the mount table, for tests of code that mounts.
+
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+use crate::{BindOptions, Error, MountIdentity, MountedAt, Mounter, Target, Unmounted};
+
+/// An operation of the fake, for failure injection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum FakeOp {
+    /// [`Mounter::bind`].
+    Bind,
+    /// [`Mounter::unmount`].
+    Unmount,
+    /// [`Mounter::mounted_at`].
+    MountedAt,
+}
+
+/// A mount table in memory.
+///
+/// Target directories are real (tests create them in a temporary directory); mounts are not.
+/// A bind of a source has the identity `0:0`, root = the source path, type `fake`, source
+/// `fake`, unless [`FakeMounter::set_source_identity`] says otherwise. Mounts at one target
+/// stack like the kernel's, and [`FakeMounter::fail_next`] makes the next call of an
+/// operation fail.
+#[derive(Debug, Default)]
+pub struct FakeMounter {
+    state: Mutex<FakeState>,
+}
+
+#[derive(Debug, Default)]
+struct FakeState {
+    mounts: BTreeMap<PathBuf, Vec<MountedAt>>,
+    sources: BTreeMap<PathBuf, MountIdentity>,
+    failures: BTreeMap<FakeOp, i32>,
+    next_id: u64,
+}
+
+impl FakeMounter {
+    /// An empty mount table.
+    pub fn new() -> Self {
+        FakeMounter::default()
+    }
+
+    fn state(&self) -> MutexGuard<'_, FakeState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Makes the next call of `op` fail with the OS error `errno`.
+    pub fn fail_next(&self, op: FakeOp, errno: i32) {
+        self.state().failures.insert(op, errno);
+    }
+
+    /// Gives binds of `source` this identity.
+    pub fn set_source_identity(&self, source: &Path, identity: MountIdentity) {
+        self.state().sources.insert(source.to_owned(), identity);
+    }
+
+    /// Puts a mount with `identity` at `target`, as something outside the code under test
+    /// would.
+    pub fn mount_foreign(&self, target: &Path, identity: MountIdentity) {
+        let mut state = self.state();
+        state.next_id += 1;
+        let mount_id = state.next_id;
+        state
+            .mounts
+            .entry(target.to_owned())
+            .or_default()
+            .push(MountedAt {
+                mount_id,
+                identity,
+                attrs: Default::default(),
+            });
+    }
+
+    /// Every target with at least one mount, and the mounts there, bottom first.
+    pub fn mounts(&self) -> BTreeMap<PathBuf, Vec<MountedAt>> {
+        self.state().mounts.clone()
+    }
+
+    fn take_failure(&self, op: FakeOp, path: &Path) -> Result<(), Error> {
+        match self.state().failures.remove(&op) {
+            Some(errno) => Err(Error::Io {
+                op: "fake",
+                path: path.to_owned(),
+                source: io::Error::from_raw_os_error(errno),
+            }),
+            None => Ok(()),
+        }
+    }
+}
+
+fn default_identity(source: &Path) -> MountIdentity {
+    MountIdentity {
+        major: 0,
+        minor: 0,
+        root: source.to_owned(),
+        fs_type: OsString::from("fake"),
+        source: OsString::from("fake"),
+    }
+}
+
+impl Mounter for FakeMounter {
+    fn source_identity(&self, source: &Path) -> Result<MountIdentity, Error> {
+        let state = self.state();
+        Ok(state
+            .sources
+            .get(source)
+            .cloned()
+            .unwrap_or_else(|| default_identity(source)))
+    }
+
+    fn mounted_at(&self, target: &Target) -> Result<Option<MountedAt>, Error> {
+        self.take_failure(FakeOp::MountedAt, target.path())?;
+        Ok(self
+            .state()
+            .mounts
+            .get(target.path())
+            .and_then(|stack| stack.last().cloned()))
+    }
+
+    fn bind(&self, source: &Path, target: &Target, options: BindOptions) -> Result<(), Error> {
+        self.take_failure(FakeOp::Bind, target.path())?;
+        if !source.is_dir() {
+            return Err(Error::Io {
+                op: "bind mount",
+                path: source.to_owned(),
+                source: io::Error::from_raw_os_error(libc::ENOENT),
+            });
+        }
+        if target.kind()? != crate::TargetKind::Directory {
+            return Err(Error::NotADirectory {
+                path: target.path().to_owned(),
+            });
+        }
+        let identity = self.source_identity(source)?;
+        let mut state = self.state();
+        state.next_id += 1;
+        let mount_id = state.next_id;
+        state
+            .mounts
+            .entry(target.path().to_owned())
+            .or_default()
+            .push(MountedAt {
+                mount_id,
+                identity,
+                attrs: options.attrs,
+            });
+        Ok(())
+    }
+
+    fn unmount(&self, target: &Target, expected: &MountIdentity) -> Result<Unmounted, Error> {
+        self.take_failure(FakeOp::Unmount, target.path())?;
+        let mut state = self.state();
+        let Some(stack) = state.mounts.get_mut(target.path()) else {
+            return Ok(Unmounted::NotMounted);
+        };
+        let Some(top) = stack.last() else {
+            return Ok(Unmounted::NotMounted);
+        };
+        if top.identity != *expected {
+            return Err(Error::ForeignMount {
+                path: target.path().to_owned(),
+                found: Box::new(top.identity.clone()),
+                expected: Box::new(expected.clone()),
+            });
+        }
+        stack.pop();
+        if stack.is_empty() {
+            state.mounts.remove(target.path());
+        }
+        Ok(Unmounted::Unmounted)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::TargetRoot;
+
+    #[test]
+    fn the_fake_stacks_mounts_checks_identities_and_injects_failures() {
+        let dir = tempfile::tempdir().unwrap();
+        let source = dir.path().join("volume");
+        std::fs::create_dir(&source).unwrap();
+        let root = TargetRoot::new(dir.path()).unwrap();
+        let target = root.resolve(&dir.path().join("mount")).unwrap();
+        target.create_dir(0o750).unwrap();
+        let fake = FakeMounter::new();
+        let identity = fake.source_identity(&source).unwrap();
+
+        fake.bind(&source, &target, BindOptions::default()).unwrap();
+        assert_eq!(
+            fake.mounted_at(&target).unwrap().unwrap().identity,
+            identity
+        );
+
+        let foreign = MountIdentity {
+            fs_type: "tmpfs".into(),
+            ..identity.clone()
+        };
+        fake.mount_foreign(target.path(), foreign.clone());
+        assert!(matches!(
+            fake.unmount(&target, &identity),
+            Err(Error::ForeignMount { .. })
+        ));
+        assert_eq!(
+            fake.unmount(&target, &foreign).unwrap(),
+            Unmounted::Unmounted
+        );
+
+        fake.fail_next(FakeOp::Unmount, libc::EBUSY);
+        assert!(fake.unmount(&target, &identity).is_err());
+        assert_eq!(
+            fake.unmount(&target, &identity).unwrap(),
+            Unmounted::Unmounted
+        );
+        assert_eq!(
+            fake.unmount(&target, &identity).unwrap(),
+            Unmounted::NotMounted
+        );
+        assert!(fake.mounts().is_empty());
+    }
+}
