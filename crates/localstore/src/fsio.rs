@@ -1,0 +1,326 @@
+//! File-system primitives, all relative to directory descriptors so that a path component swapped
+//! for a symlink after the store opened is never followed.
+
+use std::ffi::{CStr, OsStr};
+use std::io::{self, Read, Write};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+use rustix::fs::{AtFlags, Dir, FileType, Mode, OFlags, StatxFlags};
+use rustix::io::Errno;
+
+use crate::crash::{CrashPoint, Hook};
+use crate::{Error, VolumeId};
+
+/// Opens a directory below `dir` without following a symlink in its last component.
+pub(crate) fn open_dir(dir: BorrowedFd<'_>, name: &str) -> io::Result<OwnedFd> {
+    Ok(rustix::fs::openat(
+        dir,
+        name,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    )?)
+}
+
+pub(crate) fn fsync_dir(dir: BorrowedFd<'_>, path: &Path) -> Result<(), Error> {
+    rustix::fs::fsync(dir).map_err(|e| Error::io("fsync directory", path, e.into()))
+}
+
+/// The three crash points of one durable write.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct WritePoints {
+    pub(crate) temp_written: CrashPoint,
+    pub(crate) renamed: CrashPoint,
+    pub(crate) durable: CrashPoint,
+}
+
+/// The temp file name used for the durable write of `name`. Temp names are deterministic so
+/// reconciliation can recognise and remove leftovers; the per-volume guard keeps two writers of
+/// one record apart.
+pub(crate) fn temp_name(name: &str) -> String {
+    format!(".{name}.tmp")
+}
+
+/// The one helper every record write goes through: write a temp file in the same directory,
+/// fsync it, rename it over `name`, fsync the directory. A crash at any point leaves either the
+/// old or the new record (plus, at worst, a stray temp file).
+pub(crate) fn write_durable(
+    dir: BorrowedFd<'_>,
+    dir_path: &Path,
+    name: &str,
+    bytes: &[u8],
+    points: WritePoints,
+    hook: &Hook,
+) -> Result<(), Error> {
+    let tmp = temp_name(name);
+    let tmp_path = dir_path.join(&tmp);
+    match rustix::fs::unlinkat(dir, tmp.as_str(), AtFlags::empty()) {
+        Ok(()) | Err(Errno::NOENT) => {}
+        Err(e) => return Err(Error::io("remove stale temp file", tmp_path, e.into())),
+    }
+    let fd = rustix::fs::openat(
+        dir,
+        tmp.as_str(),
+        OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::from_raw_mode(0o640),
+    )
+    .map_err(|e| Error::io("create temp file", &tmp_path, e.into()))?;
+    let mut file = std::fs::File::from(fd);
+    file.write_all(bytes)
+        .map_err(|e| Error::io("write temp file", &tmp_path, e))?;
+    file.sync_all()
+        .map_err(|e| Error::io("fsync temp file", &tmp_path, e))?;
+    drop(file);
+    hook.reach(points.temp_written);
+    rustix::fs::renameat(dir, tmp.as_str(), dir, name)
+        .map_err(|e| Error::io("rename temp file", &tmp_path, e.into()))?;
+    hook.reach(points.renamed);
+    fsync_dir(dir, dir_path)?;
+    hook.reach(points.durable);
+    Ok(())
+}
+
+/// Reads a small regular file below `dir`. `Ok(None)` when it does not exist. A symlink, a FIFO,
+/// a directory or an oversized file is a corrupt record, never followed or waited on.
+pub(crate) fn read_record_file(
+    dir: BorrowedFd<'_>,
+    path: &Path,
+    name: &str,
+) -> Result<Option<Vec<u8>>, Error> {
+    let fd = match rustix::fs::openat(
+        dir,
+        name,
+        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC,
+        Mode::empty(),
+    ) {
+        Ok(fd) => fd,
+        Err(Errno::NOENT) => return Ok(None),
+        Err(Errno::LOOP) => return Err(Error::corrupt(path, "is a symlink")),
+        Err(e) => return Err(Error::io("open record", path, e.into())),
+    };
+    let stat = rustix::fs::fstat(&fd).map_err(|e| Error::io("stat record", path, e.into()))?;
+    if FileType::from_raw_mode(stat.st_mode) != FileType::RegularFile {
+        return Err(Error::corrupt(path, "is not a regular file"));
+    }
+    if u64::try_from(stat.st_size).unwrap_or(u64::MAX) > crate::record::MAX_RECORD_BYTES {
+        return Err(Error::corrupt(path, "is too large"));
+    }
+    let mut bytes = Vec::new();
+    std::fs::File::from(fd)
+        .take(crate::record::MAX_RECORD_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| Error::io("read record", path, e))?;
+    if bytes.len() as u64 > crate::record::MAX_RECORD_BYTES {
+        return Err(Error::corrupt(path, "is too large"));
+    }
+    Ok(Some(bytes))
+}
+
+/// Removes a file below `dir`; `Ok(false)` when it was already gone.
+pub(crate) fn unlink(dir: BorrowedFd<'_>, path: &Path, name: &str) -> Result<bool, Error> {
+    match rustix::fs::unlinkat(dir, name, AtFlags::empty()) {
+        Ok(()) => Ok(true),
+        Err(Errno::NOENT) => Ok(false),
+        Err(e) => Err(Error::io("remove", path, e.into())),
+    }
+}
+
+/// What sits at a name below a directory, without following a symlink.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Entry {
+    Missing,
+    Directory,
+    Other,
+}
+
+pub(crate) fn entry(dir: BorrowedFd<'_>, path: &Path, name: &str) -> Result<Entry, Error> {
+    match rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) {
+        Ok(st) if FileType::from_raw_mode(st.st_mode) == FileType::Directory => {
+            Ok(Entry::Directory)
+        }
+        Ok(_) => Ok(Entry::Other),
+        Err(Errno::NOENT) => Ok(Entry::Missing),
+        Err(e) => Err(Error::io("stat", path, e.into())),
+    }
+}
+
+/// The names in a directory, except `.` and `..`. Names that are not UTF-8 are returned lossily
+/// converted; callers only act on names they recognise, which are all ASCII.
+pub(crate) fn list_dir(dir: BorrowedFd<'_>, path: &Path) -> Result<Vec<(String, FileType)>, Error> {
+    let mut reader =
+        Dir::read_from(dir).map_err(|e| Error::io("open directory", path, e.into()))?;
+    let mut names = Vec::new();
+    while let Some(entry) = reader.read() {
+        let entry = entry.map_err(|e| Error::io("read directory", path, e.into()))?;
+        let name = entry.file_name();
+        if is_dot(name) {
+            continue;
+        }
+        names.push((
+            OsStr::from_bytes(name.to_bytes())
+                .to_string_lossy()
+                .into_owned(),
+            entry.file_type(),
+        ));
+    }
+    Ok(names)
+}
+
+fn is_dot(name: &CStr) -> bool {
+    matches!(name.to_bytes(), b"." | b"..")
+}
+
+/// The mount ID of an open file, from `statx` on the descriptor itself.
+pub(crate) fn mount_id(fd: BorrowedFd<'_>) -> io::Result<u64> {
+    let stx = rustix::fs::statx(fd, "", AtFlags::EMPTY_PATH, StatxFlags::MNT_ID)?;
+    if stx.stx_mask & StatxFlags::MNT_ID.bits() == 0 {
+        return Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "statx returned no mount id",
+        ));
+    }
+    Ok(stx.stx_mnt_id)
+}
+
+/// Removes the directory `name` below `parent` and everything in it, without following a symlink
+/// and without entering another mount: every directory is opened with `O_NOFOLLOW` and its mount
+/// ID must equal `mount`. Symlinks are unlinked, never followed. A mount inside the tree stops
+/// the removal with an error, leaving the rest in place.
+///
+/// The walk holds one directory descriptor at a time and returns to a parent through `..`,
+/// checking that the parent is still the same inode, so depth costs memory for names but not
+/// file descriptors.
+pub(crate) fn remove_tree(
+    parent: BorrowedFd<'_>,
+    root_path: &Path,
+    name: &str,
+    mount: u64,
+    volume_id: VolumeId,
+    hook: &Hook,
+    partly_removed: CrashPoint,
+) -> Result<(), Error> {
+    let top_path = root_path.join(name);
+    let unexpected = |path: PathBuf, problem| Error::UnexpectedData {
+        volume_id,
+        path,
+        problem,
+    };
+    let open_checked = |dir: BorrowedFd<'_>, name: &OsStr, path: &Path| -> Result<OwnedFd, Error> {
+        let fd = match rustix::fs::openat(
+            dir,
+            name,
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        ) {
+            Ok(fd) => fd,
+            Err(Errno::LOOP | Errno::NOTDIR) => {
+                return Err(unexpected(path.to_owned(), "is not a directory"));
+            }
+            Err(e) => return Err(Error::io("open directory", path, e.into())),
+        };
+        let id = mount_id(fd.as_fd()).map_err(|e| Error::io("statx", path, e))?;
+        if id != mount {
+            return Err(unexpected(
+                path.to_owned(),
+                "is a mount point; refusing to cross it",
+            ));
+        }
+        Ok(fd)
+    };
+
+    let mut current = open_checked(parent, OsStr::new(name), &top_path)?;
+    // Ancestors below the top: (device, inode) of the parent and the child's name in it.
+    let mut stack: Vec<((u64, u64), Vec<u8>)> = Vec::new();
+    let mut current_path = top_path.clone();
+    let mut reported_progress = false;
+    loop {
+        let mut subdirs = Vec::new();
+        let mut reader = Dir::read_from(current.as_fd())
+            .map_err(|e| Error::io("open directory", &current_path, e.into()))?;
+        while let Some(entry) = reader.read() {
+            let entry = entry.map_err(|e| Error::io("read directory", &current_path, e.into()))?;
+            let child = entry.file_name();
+            if is_dot(child) {
+                continue;
+            }
+            let child_path = current_path.join(OsStr::from_bytes(child.to_bytes()));
+            let is_dir = match entry.file_type() {
+                FileType::Directory => true,
+                FileType::Unknown => {
+                    let st = rustix::fs::statat(current.as_fd(), child, AtFlags::SYMLINK_NOFOLLOW)
+                        .map_err(|e| Error::io("stat", &child_path, e.into()))?;
+                    FileType::from_raw_mode(st.st_mode) == FileType::Directory
+                }
+                _ => false,
+            };
+            if is_dir {
+                subdirs.push(child.to_bytes().to_vec());
+                // One subdirectory at a time: the others are found again on the next scan.
+                break;
+            }
+            match rustix::fs::unlinkat(current.as_fd(), child, AtFlags::empty()) {
+                Ok(()) | Err(Errno::NOENT) => {}
+                Err(Errno::BUSY) => {
+                    return Err(unexpected(
+                        child_path,
+                        "is a mount point; refusing to remove it",
+                    ));
+                }
+                Err(e) => return Err(Error::io("remove", child_path, e.into())),
+            }
+            if !reported_progress {
+                reported_progress = true;
+                hook.reach(partly_removed);
+            }
+        }
+        drop(reader);
+        if let Some(child) = subdirs.pop() {
+            let child_os = OsStr::from_bytes(&child);
+            let child_path = current_path.join(child_os);
+            let next = open_checked(current.as_fd(), child_os, &child_path)?;
+            let st = rustix::fs::fstat(&current)
+                .map_err(|e| Error::io("stat directory", &current_path, e.into()))?;
+            stack.push(((st.st_dev, st.st_ino), child));
+            current = next;
+            current_path = child_path;
+            continue;
+        }
+        // `current` is empty: remove it from its parent.
+        let Some((parent_identity, child)) = stack.pop() else {
+            drop(current);
+            match rustix::fs::unlinkat(parent, name, AtFlags::REMOVEDIR) {
+                Ok(()) | Err(Errno::NOENT) => return Ok(()),
+                Err(Errno::BUSY) => {
+                    return Err(unexpected(
+                        top_path,
+                        "is a mount point; refusing to remove it",
+                    ));
+                }
+                Err(e) => return Err(Error::io("remove directory", top_path, e.into())),
+            }
+        };
+        let parent_path = current_path
+            .parent()
+            .map_or_else(|| top_path.clone(), Path::to_path_buf);
+        let up = open_checked(current.as_fd(), OsStr::new(".."), &parent_path)?;
+        let st = rustix::fs::fstat(&up)
+            .map_err(|e| Error::io("stat directory", &parent_path, e.into()))?;
+        if (st.st_dev, st.st_ino) != parent_identity {
+            return Err(unexpected(parent_path, "was moved during deletion"));
+        }
+        drop(current);
+        match rustix::fs::unlinkat(up.as_fd(), OsStr::from_bytes(&child), AtFlags::REMOVEDIR) {
+            Ok(()) | Err(Errno::NOENT) => {}
+            Err(Errno::BUSY) => {
+                return Err(unexpected(
+                    current_path,
+                    "is a mount point; refusing to remove it",
+                ));
+            }
+            Err(e) => return Err(Error::io("remove directory", current_path, e.into())),
+        }
+        current = up;
+        current_path = parent_path;
+    }
+}
