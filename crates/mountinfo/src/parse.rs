@@ -7,42 +7,41 @@ use crate::mount::Mount;
 
 /// Parses a whole table. The flag says whether the input is exactly what the kernel would write
 /// for the parsed values (see [`crate::roundtrip_check`]).
+///
+/// One pass: fields end at a space or at the end of the line, and only the super options (the
+/// long tail of a line) are searched for the newline with `memchr`.
 pub(crate) fn parse_table(input: &[u8]) -> Result<(Vec<Mount<'_>>, bool), Error> {
-    let lines = input.iter().filter(|&&b| b == b'\n').count() + 1;
-    let mut mounts = Vec::with_capacity(lines);
+    let mut mounts = Vec::with_capacity(memchr::memchr_iter(b'\n', input).count() + 1);
     let mut canonical = true;
-    let mut rest = input;
+    let mut start = 0;
     let mut number = 0;
-    while !rest.is_empty() {
+    while start < input.len() {
         number += 1;
-        let line = match rest.iter().position(|&b| b == b'\n') {
-            Some(end) => {
-                let line = &rest[..end];
-                rest = &rest[end + 1..];
-                line
-            }
-            None => {
-                canonical = false;
-                std::mem::take(&mut rest)
-            }
-        };
-        let mount = parse_line(line, &mut canonical).map_err(|kind| Error::new(number, kind))?;
+        let (mount, next) =
+            parse_line(input, start, &mut canonical).map_err(|kind| Error::new(number, kind))?;
         mounts.push(mount);
+        start = next;
     }
     Ok((mounts, canonical))
 }
 
-fn parse_line<'a>(line: &'a [u8], canonical: &mut bool) -> Result<Mount<'a>, ErrorKind> {
-    if line.is_empty() {
+/// Parses the line that starts at `start`; returns the mount and where the next line starts.
+fn parse_line<'a>(
+    input: &'a [u8],
+    start: usize,
+    canonical: &mut bool,
+) -> Result<(Mount<'a>, usize), ErrorKind> {
+    if input.get(start) == Some(&b'\n') {
         return Err(ErrorKind::EmptyLine);
     }
-    let mut fields = Fields { line, pos: Some(0) };
+    let mut fields = Fields {
+        input,
+        pos: Some(start),
+    };
     let mount_id = fields.number(Field::MountId)?;
     let parent_id = fields.number(Field::ParentId)?;
     let device = fields.plain(Field::Device)?;
-    let (major, minor) = device
-        .iter()
-        .position(|&b| b == b':')
+    let (major, minor) = memchr::memchr(b':', device)
         .and_then(|colon| {
             let major = u32::try_from(canonical_decimal(&device[..colon])?).ok()?;
             let minor = u32::try_from(canonical_decimal(&device[colon + 1..])?).ok()?;
@@ -55,10 +54,10 @@ fn parse_line<'a>(line: &'a [u8], canonical: &mut bool) -> Result<Mount<'a>, Err
 
     let first_optional = fields.pos;
     let optional_fields = loop {
-        let start = fields.pos;
+        let field_start = fields.pos;
         if fields.plain(Field::Separator)? == b"-" {
-            break match (first_optional, start) {
-                (Some(first), Some(sep)) if sep > first => Some(&line[first..sep - 1]),
+            break match (first_optional, field_start) {
+                (Some(first), Some(sep)) if sep > first => Some(&input[first..sep - 1]),
                 _ => None,
             };
         }
@@ -67,12 +66,18 @@ fn parse_line<'a>(line: &'a [u8], canonical: &mut bool) -> Result<Mount<'a>, Err
     let fs_type = fields.name(Field::FsType, Escaping::Name, canonical)?;
     let source = fields.name(Field::Source, Escaping::Name, canonical)?;
     // Everything after the source is the super options, spaces included.
-    let super_options = fields
+    let rest = fields
         .pos
-        .map(|pos| &line[pos..])
         .ok_or(ErrorKind::MissingField(Field::SuperOptions))?;
+    let (super_options, next) = match memchr::memchr(b'\n', &input[rest..]) {
+        Some(len) => (&input[rest..rest + len], rest + len + 1),
+        None => {
+            *canonical = false;
+            (&input[rest..], input.len())
+        }
+    };
 
-    Ok(Mount {
+    let mount = Mount {
         mount_id,
         parent_id,
         major,
@@ -84,72 +89,72 @@ fn parse_line<'a>(line: &'a [u8], canonical: &mut bool) -> Result<Mount<'a>, Err
         fs_type,
         source,
         super_options,
-    })
+    };
+    Ok((mount, next))
 }
 
-/// A cursor over the space-separated fields of one line. `pos` is `None` once the last field
-/// (the one not followed by a space) has been taken.
+/// A cursor over the space-separated fields of one line. `pos` is `None` once the line's last
+/// field (the one followed by a newline or the end of the input) has been taken.
 struct Fields<'a> {
-    line: &'a [u8],
+    input: &'a [u8],
     pos: Option<usize>,
 }
 
 impl<'a> Fields<'a> {
     fn plain(&mut self, field: Field) -> Result<&'a [u8], ErrorKind> {
+        self.split(field, |_| false).map(|(raw, _)| raw)
+    }
+
+    /// Takes the next field, and tells whether `special` held for one of its bytes. Fields are
+    /// short, so one byte loop beats a vectorized search here.
+    fn split(
+        &mut self,
+        field: Field,
+        special: impl Fn(u8) -> bool,
+    ) -> Result<(&'a [u8], bool), ErrorKind> {
         let start = self.pos.ok_or(ErrorKind::MissingField(field))?;
-        let rest = &self.line[start..];
-        Ok(match rest.iter().position(|&b| b == b' ') {
-            Some(len) => {
-                self.pos = Some(start + len + 1);
-                &rest[..len]
+        let rest = &self.input[start..];
+        let mut any_special = false;
+        for (len, &b) in rest.iter().enumerate() {
+            match CLASS[usize::from(b)] {
+                PLAIN => {}
+                END => {
+                    self.pos = (b == b' ').then_some(start + len + 1);
+                    return Ok((&rest[..len], any_special));
+                }
+                _ => any_special |= special(b),
             }
-            None => {
-                self.pos = None;
-                rest
-            }
-        })
+        }
+        self.pos = None;
+        Ok((rest, any_special))
     }
 
     fn number(&mut self, field: Field) -> Result<u64, ErrorKind> {
         canonical_decimal(self.plain(field)?).ok_or(ErrorKind::InvalidNumber(field))
     }
 
-    /// A field with the kernel's escapes, split and checked for escape candidates in one pass.
+    /// A field with the kernel's escapes; only one holding a backslash, tab or `#` is decoded.
     fn name(
         &mut self,
         field: Field,
         escaping: Escaping,
         canonical: &mut bool,
     ) -> Result<std::borrow::Cow<'a, [u8]>, ErrorKind> {
-        let start = self.pos.ok_or(ErrorKind::MissingField(field))?;
-        let rest = &self.line[start..];
-        let mut special = false;
-        let mut len = rest.len();
-        self.pos = None;
-        for (i, &b) in rest.iter().enumerate() {
-            match CLASS[usize::from(b)] {
-                PLAIN => {}
-                SPACE => {
-                    len = i;
-                    self.pos = Some(start + i + 1);
-                    break;
-                }
-                _ => special = true,
-            }
-        }
-        Ok(escape::decode(&rest[..len], special, escaping, canonical))
+        let (raw, special) = self.split(field, |_| true)?;
+        Ok(escape::decode(raw, special, escaping, canonical))
     }
 }
 
 const PLAIN: u8 = 0;
-const SPACE: u8 = 1;
+const END: u8 = 1;
 const SPECIAL: u8 = 2;
 
-/// Byte classes for splitting a name field: the separator, and the bytes that may need decoding
-/// or make the line non-canonical.
+/// Byte classes for splitting a line into fields: what ends a field, and the bytes that may need
+/// decoding or make the line non-canonical in a name field.
 static CLASS: [u8; 256] = {
     let mut class = [PLAIN; 256];
-    class[b' ' as usize] = SPACE;
+    class[b' ' as usize] = END;
+    class[b'\n' as usize] = END;
     class[b'\\' as usize] = SPECIAL;
     class[b'\t' as usize] = SPECIAL;
     class[b'#' as usize] = SPECIAL;

@@ -230,18 +230,37 @@ impl<'t, 'a> IntoIterator for &'t MountTable<'a> {
 /// kernel-written mount point is already in this form, so most comparisons are plain bytes.
 struct PathKey {
     normal: Vec<u8>,
+    /// The last component of `normal` (empty for `/`).
+    last: Vec<u8>,
 }
 
 impl PathKey {
     fn new(path: &Path) -> Self {
-        Self {
-            normal: normal_form(path),
-        }
+        let normal = normal_form(path);
+        let last = match memchr::memrchr(b'/', &normal) {
+            Some(slash) => normal[slash + 1..].to_vec(),
+            None => normal.clone(),
+        };
+        Self { normal, last }
     }
 
     fn matches(&self, candidate: &[u8]) -> bool {
-        if candidate == self.normal.as_slice() {
-            return true;
+        // The normal form is the shortest spelling of a path, so a candidate that is not longer
+        // either is the same bytes or is a different path.
+        if candidate.len() <= self.normal.len() {
+            return candidate == self.normal.as_slice();
+        }
+        // A longer spelling still ends with the same last component, once trailing `/` and `/.`
+        // are gone.
+        let mut trimmed = candidate;
+        while let Some(shorter) = trimmed
+            .strip_suffix(b"/")
+            .or_else(|| trimmed.strip_suffix(b"/."))
+        {
+            trimmed = shorter;
+        }
+        if !trimmed.ends_with(&self.last) {
+            return false;
         }
         !is_normal_absolute(candidate)
             && normal_form(Path::new(OsStr::from_bytes(candidate))) == self.normal
