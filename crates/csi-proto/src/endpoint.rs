@@ -35,7 +35,10 @@ impl UnixEndpoint {
     /// ```
     pub fn parse(endpoint: &str) -> Result<Self, Error> {
         parse_path(endpoint)
-            .map_err(|problem| Error::InvalidEndpoint { endpoint: endpoint.to_owned(), problem })
+            .map_err(|problem| Error::InvalidEndpoint {
+                endpoint: endpoint.to_owned(),
+                problem,
+            })
             .and_then(Self::from_path)
     }
 
@@ -79,7 +82,11 @@ impl UnixEndpoint {
 fn check_len(path: PathBuf) -> Result<UnixEndpoint, Error> {
     let len = path.as_os_str().len();
     if len > MAX_SOCKET_PATH_LEN {
-        return Err(Error::SocketPathTooLong { path, len, max: MAX_SOCKET_PATH_LEN });
+        return Err(Error::SocketPathTooLong {
+            path,
+            len,
+            max: MAX_SOCKET_PATH_LEN,
+        });
     }
     Ok(UnixEndpoint { path })
 }
@@ -90,7 +97,9 @@ fn parse_path(endpoint: &str) -> Result<PathBuf, EndpointProblem> {
         return Err(EndpointProblem::MissingScheme);
     };
     if scheme.is_empty()
-        || !scheme.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'))
+        || !scheme
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'))
     {
         return Err(EndpointProblem::MissingScheme);
     }
@@ -138,7 +147,10 @@ mod tests {
 
     fn problem(endpoint: &str) -> EndpointProblem {
         match UnixEndpoint::parse(endpoint) {
-            Err(Error::InvalidEndpoint { problem, endpoint: given }) => {
+            Err(Error::InvalidEndpoint {
+                problem,
+                endpoint: given,
+            }) => {
                 assert_eq!(given, endpoint, "the error names the endpoint as given");
                 problem
             }
@@ -150,24 +162,38 @@ mod tests {
     fn accepts_absolute_unix_endpoints() {
         for (text, path) in [
             ("unix:///csi/csi.sock", "/csi/csi.sock"),
-            ("unix:///var/lib/kubelet/plugins/csi.local.tak-os.org/csi.sock",
-             "/var/lib/kubelet/plugins/csi.local.tak-os.org/csi.sock"),
+            (
+                "unix:///var/lib/kubelet/plugins/csi.local.tak-os.org/csi.sock",
+                "/var/lib/kubelet/plugins/csi.local.tak-os.org/csi.sock",
+            ),
             ("unix:///s", "/s"),
             ("unix:///with space/and%41", "/with space/and%41"),
         ] {
             let endpoint = UnixEndpoint::parse(text).expect(text);
             assert_eq!(endpoint.path(), Path::new(path));
             assert_eq!(endpoint.to_string(), text, "display round-trips");
-            assert_eq!(UnixEndpoint::parse(&endpoint.to_string()).expect(text), endpoint);
+            assert_eq!(
+                UnixEndpoint::parse(&endpoint.to_string()).expect(text),
+                endpoint
+            );
             assert_eq!(text.parse::<UnixEndpoint>().expect(text), endpoint);
         }
     }
 
     #[test]
     fn rejects_other_schemes() {
-        assert_eq!(problem("tcp://127.0.0.1:10000"), EndpointProblem::UnsupportedScheme("tcp".into()));
-        assert_eq!(problem("http://localhost/x"), EndpointProblem::UnsupportedScheme("http".into()));
-        assert_eq!(problem("UNIX:///csi.sock"), EndpointProblem::UnsupportedScheme("UNIX".into()));
+        assert_eq!(
+            problem("tcp://127.0.0.1:10000"),
+            EndpointProblem::UnsupportedScheme("tcp".into())
+        );
+        assert_eq!(
+            problem("http://localhost/x"),
+            EndpointProblem::UnsupportedScheme("http".into())
+        );
+        assert_eq!(
+            problem("UNIX:///csi.sock"),
+            EndpointProblem::UnsupportedScheme("UNIX".into())
+        );
     }
 
     #[test]
@@ -180,15 +206,23 @@ mod tests {
 
     #[test]
     fn rejects_short_unix_forms_with_a_hint() {
-        assert_eq!(problem("unix:/csi/csi.sock"), EndpointProblem::MissingSlashes);
+        assert_eq!(
+            problem("unix:/csi/csi.sock"),
+            EndpointProblem::MissingSlashes
+        );
         assert_eq!(problem("unix:csi.sock"), EndpointProblem::MissingSlashes);
-        let message = UnixEndpoint::parse("unix:/csi.sock").unwrap_err().to_string();
+        let message = UnixEndpoint::parse("unix:/csi.sock")
+            .unwrap_err()
+            .to_string();
         assert!(message.contains("unix:///absolute/path"), "{message}");
     }
 
     #[test]
     fn rejects_relative_and_empty_paths() {
-        assert_eq!(problem("unix://relative/csi.sock"), EndpointProblem::NotAbsolute);
+        assert_eq!(
+            problem("unix://relative/csi.sock"),
+            EndpointProblem::NotAbsolute
+        );
         assert_eq!(problem("unix://csi.sock"), EndpointProblem::NotAbsolute);
         assert_eq!(problem("unix://"), EndpointProblem::EmptyPath);
         assert_eq!(problem("unix:///"), EndpointProblem::NoFileName);
@@ -197,8 +231,14 @@ mod tests {
 
     #[test]
     fn rejects_query_fragment_and_nul() {
-        assert_eq!(problem("unix:///csi.sock?x=1"), EndpointProblem::QueryOrFragment);
-        assert_eq!(problem("unix:///csi.sock#frag"), EndpointProblem::QueryOrFragment);
+        assert_eq!(
+            problem("unix:///csi.sock?x=1"),
+            EndpointProblem::QueryOrFragment
+        );
+        assert_eq!(
+            problem("unix:///csi.sock#frag"),
+            EndpointProblem::QueryOrFragment
+        );
         assert_eq!(problem("unix:///csi\0.sock"), EndpointProblem::NulByte);
     }
 
@@ -220,16 +260,21 @@ mod tests {
     fn from_path_applies_the_same_rules() {
         assert!(UnixEndpoint::from_path("/run/csi.sock").is_ok());
         for path in ["", "relative.sock", "/dir/"] {
-            assert!(matches!(
-                UnixEndpoint::from_path(path),
-                Err(Error::InvalidEndpoint { .. })
-            ), "{path:?}");
+            assert!(
+                matches!(
+                    UnixEndpoint::from_path(path),
+                    Err(Error::InvalidEndpoint { .. })
+                ),
+                "{path:?}"
+            );
         }
     }
 
     #[test]
     fn error_message_names_the_endpoint_and_problem() {
-        let message = UnixEndpoint::parse("tcp://10.0.0.1:9000").unwrap_err().to_string();
+        let message = UnixEndpoint::parse("tcp://10.0.0.1:9000")
+            .unwrap_err()
+            .to_string();
         assert!(message.contains("tcp://10.0.0.1:9000"), "{message}");
         assert!(message.contains("only unix:///"), "{message}");
     }

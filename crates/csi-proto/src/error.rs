@@ -115,7 +115,10 @@ impl fmt::Display for EndpointProblem {
         match self {
             Self::MissingScheme => f.write_str("expected unix:///absolute/path"),
             Self::UnsupportedScheme(scheme) => {
-                write!(f, "scheme {scheme:?} is not supported; only unix:/// endpoints are")
+                write!(
+                    f,
+                    "scheme {scheme:?} is not supported; only unix:/// endpoints are"
+                )
             }
             Self::MissingSlashes => f.write_str("write the endpoint as unix:///absolute/path"),
             Self::EmptyPath => f.write_str("the socket path is empty"),

@@ -40,7 +40,10 @@ pub fn bind_unix(path: impl AsRef<Path>) -> Result<UnixListener, Error> {
         });
     }
     remove_stale_socket(path)?;
-    UnixListener::bind(path).map_err(|source| Error::Bind { path: path.to_owned(), source })
+    UnixListener::bind(path).map_err(|source| Error::Bind {
+        path: path.to_owned(),
+        source,
+    })
 }
 
 /// Removes `path` if and only if it is a socket; a missing path is fine.
@@ -48,13 +51,21 @@ fn remove_stale_socket(path: &Path) -> Result<(), Error> {
     let metadata = match std::fs::symlink_metadata(path) {
         Ok(metadata) => metadata,
         Err(source) if source.kind() == io::ErrorKind::NotFound => return Ok(()),
-        Err(source) => return Err(Error::Inspect { path: path.to_owned(), source }),
+        Err(source) => {
+            return Err(Error::Inspect {
+                path: path.to_owned(),
+                source,
+            });
+        }
     };
     match FileKind::of(metadata.file_type()) {
         FileKind::Socket => match std::fs::remove_file(path) {
             Ok(()) => Ok(()),
             Err(source) if source.kind() == io::ErrorKind::NotFound => Ok(()),
-            Err(source) => Err(Error::RemoveStale { path: path.to_owned(), source }),
+            Err(source) => Err(Error::RemoveStale {
+                path: path.to_owned(),
+                source,
+            }),
         },
         kind @ (FileKind::RegularFile
         | FileKind::Directory
@@ -62,7 +73,10 @@ fn remove_stale_socket(path: &Path) -> Result<(), Error> {
         | FileKind::Fifo
         | FileKind::BlockDevice
         | FileKind::CharDevice
-        | FileKind::Unknown) => Err(Error::NotASocket { path: path.to_owned(), kind }),
+        | FileKind::Unknown) => Err(Error::NotASocket {
+            path: path.to_owned(),
+            kind,
+        }),
     }
 }
 
@@ -148,7 +162,10 @@ mod tests {
         let path = dir.path().join("csi.sock");
         runtime().block_on(async {
             drop(bind_unix(&path).expect("first bind"));
-            assert!(path.exists(), "a dropped listener leaves its socket file behind");
+            assert!(
+                path.exists(),
+                "a dropped listener leaves its socket file behind"
+            );
             let listener = bind_unix(&path).expect("second bind replaces the stale socket");
             let client = tokio::spawn({
                 let path = path.clone();
@@ -166,7 +183,10 @@ mod tests {
         std::fs::write(&path, b"precious").expect("write");
         let err = runtime().block_on(async { bind_unix(&path).expect_err("must refuse") });
         match &err {
-            Error::NotASocket { path: reported, kind } => {
+            Error::NotASocket {
+                path: reported,
+                kind,
+            } => {
                 assert_eq!(reported, &path);
                 assert_eq!(*kind, FileKind::RegularFile);
             }
@@ -186,7 +206,13 @@ mod tests {
         std::fs::write(path.join("inside"), b"x").expect("write");
         let err = runtime().block_on(async { bind_unix(&path).expect_err("must refuse") });
         assert!(
-            matches!(err, Error::NotASocket { kind: FileKind::Directory, .. }),
+            matches!(
+                err,
+                Error::NotASocket {
+                    kind: FileKind::Directory,
+                    ..
+                }
+            ),
             "{err:?}"
         );
         assert!(path.join("inside").exists());
@@ -201,9 +227,23 @@ mod tests {
             let _listener = bind_unix(&real).expect("bind real");
             symlink(&real, &link).expect("symlink");
             let err = bind_unix(&link).expect_err("must refuse");
-            assert!(matches!(err, Error::NotASocket { kind: FileKind::Symlink, .. }), "{err:?}");
+            assert!(
+                matches!(
+                    err,
+                    Error::NotASocket {
+                        kind: FileKind::Symlink,
+                        ..
+                    }
+                ),
+                "{err:?}"
+            );
         });
-        assert!(std::fs::symlink_metadata(&link).expect("link kept").file_type().is_symlink());
+        assert!(
+            std::fs::symlink_metadata(&link)
+                .expect("link kept")
+                .file_type()
+                .is_symlink()
+        );
         assert!(real.exists(), "the link's target is not removed");
     }
 
@@ -213,7 +253,16 @@ mod tests {
         let link = dir.path().join("csi.sock");
         symlink(dir.path().join("missing"), &link).expect("symlink");
         let err = runtime().block_on(async { bind_unix(&link).expect_err("must refuse") });
-        assert!(matches!(err, Error::NotASocket { kind: FileKind::Symlink, .. }), "{err:?}");
+        assert!(
+            matches!(
+                err,
+                Error::NotASocket {
+                    kind: FileKind::Symlink,
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
     }
 
     #[test]

@@ -6,7 +6,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 /// The one command that rewrites `src/generated/` from `proto/csi.proto`.
-const REGENERATE: &str = "CSI_PROTO_REGENERATE=1 cargo test -p csi-proto --test integration codegen";
+const REGENERATE: &str =
+    "CSI_PROTO_REGENERATE=1 cargo test -p csi-proto --test integration codegen";
 
 fn crate_dir() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -41,7 +42,10 @@ fn read_dir(dir: &Path) -> BTreeMap<String, Vec<u8>> {
         let entry = entry.expect("directory entry");
         let name = entry.file_name().into_string().expect("UTF-8 file name");
         if name.ends_with(".rs") {
-            files.insert(name, std::fs::read(entry.path()).expect("read generated file"));
+            files.insert(
+                name,
+                std::fs::read(entry.path()).expect("read generated file"),
+            );
         }
     }
     files
@@ -59,9 +63,8 @@ fn codegen_checked_in_code_matches_the_proto() {
 
     if std::env::var_os("CSI_PROTO_REGENERATE").is_some_and(|v| v == "1") {
         std::fs::create_dir_all(&target).expect("create src/generated");
-        for (name, stale) in read_dir(&target) {
+        for name in read_dir(&target).into_keys() {
             if !generated.contains_key(&name) {
-                drop(stale);
                 std::fs::remove_file(target.join(&name)).expect("remove stale generated file");
             }
         }
@@ -83,7 +86,10 @@ fn codegen_checked_in_code_matches_the_proto() {
             Some(_) => {}
         }
     }
-    for name in checked_in.keys().filter(|name| !generated.contains_key(*name)) {
+    for name in checked_in
+        .keys()
+        .filter(|name| !generated.contains_key(*name))
+    {
         problems.push(format!("src/generated/{name} is no longer generated"));
     }
     assert!(

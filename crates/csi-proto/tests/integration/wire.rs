@@ -10,11 +10,11 @@ use std::collections::HashMap;
 
 use csi_proto::v1::{
     CapacityRange, ControllerModifyVolumeRequest, CreateSnapshotResponse, CreateVolumeRequest,
-    GetCapacityResponse, ListVolumesResponse, NodeExpandVolumeRequest,
-    NodeGetCapabilitiesResponse, NodeGetInfoResponse, NodePublishVolumeRequest,
-    NodeServiceCapability, PluginCapability, ProbeResponse, Snapshot, Topology,
-    TopologyRequirement, Volume, VolumeCapability, VolumeCondition, list_volumes_response,
-    node_service_capability, plugin_capability, volume_capability,
+    GetCapacityResponse, ListVolumesResponse, NodeExpandVolumeRequest, NodeGetCapabilitiesResponse,
+    NodeGetInfoResponse, NodePublishVolumeRequest, NodeServiceCapability, PluginCapability,
+    ProbeResponse, Snapshot, Topology, TopologyRequirement, Volume, VolumeCapability,
+    VolumeCondition, list_volumes_response, node_service_capability, plugin_capability,
+    volume_capability,
 };
 use prost::Message;
 
@@ -26,22 +26,35 @@ fn map(key: &str, value: &str) -> HashMap<String, String> {
 fn assert_wire<M: Message + Default + PartialEq + std::fmt::Debug>(message: &M, expected: &[u8]) {
     let encoded = message.encode_to_vec();
     assert_eq!(hex(&encoded), hex(expected), "encoding of {message:?}");
-    assert_eq!(&M::decode(expected).expect("decode"), message, "decoding of the expected bytes");
+    assert_eq!(
+        &M::decode(expected).expect("decode"),
+        message,
+        "decoding of the expected bytes"
+    );
 }
 
 fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(" ")
+    bytes
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 fn zone_a() -> Topology {
-    Topology { segments: map("zone", "a") }
+    Topology {
+        segments: map("zone", "a"),
+    }
 }
 
 #[test]
 fn create_volume_request_with_range_capabilities_and_topology() {
     let request = CreateVolumeRequest {
         name: "pvc-1".into(),
-        capacity_range: Some(CapacityRange { required_bytes: 1 << 20, limit_bytes: 2 << 20 }),
+        capacity_range: Some(CapacityRange {
+            required_bytes: 1 << 20,
+            limit_bytes: 2 << 20,
+        }),
         volume_capabilities: vec![VolumeCapability {
             access_type: Some(volume_capability::AccessType::Mount(
                 volume_capability::MountVolume {
@@ -153,9 +166,11 @@ fn node_publish_volume_request_with_block_access_and_secrets() {
 #[test]
 fn capability_oneofs_and_enum_values() {
     let rpc = |kind: node_service_capability::rpc::Type| NodeServiceCapability {
-        r#type: Some(node_service_capability::Type::Rpc(node_service_capability::Rpc {
-            r#type: kind as i32,
-        })),
+        r#type: Some(node_service_capability::Type::Rpc(
+            node_service_capability::Rpc {
+                r#type: kind as i32,
+            },
+        )),
     };
     let response = NodeGetCapabilitiesResponse {
         capabilities: vec![
@@ -193,7 +208,10 @@ fn probe_readiness_uses_the_bool_wrapper() {
     // 1 ready, LEN 0: a BoolValue holding false has no fields of its own.
     assert_wire(&ProbeResponse { ready: Some(false) }, &[0x0a, 0x00]);
     // 1 ready, LEN 2: 1 value, VARINT 1.
-    assert_wire(&ProbeResponse { ready: Some(true) }, &[0x0a, 0x02, 0x08, 0x01]);
+    assert_wire(
+        &ProbeResponse { ready: Some(true) },
+        &[0x0a, 0x02, 0x08, 0x01],
+    );
 }
 
 #[test]
@@ -219,10 +237,15 @@ fn get_capacity_response_with_int64_wrappers() {
 fn int64_fields_are_plain_varints() {
     // int64, not sint64: a negative value (which the spec forbids, but a peer may send) takes
     // ten bytes.
-    let range = CapacityRange { required_bytes: -1, limit_bytes: 0 };
+    let range = CapacityRange {
+        required_bytes: -1,
+        limit_bytes: 0,
+    };
     assert_wire(
         &range,
-        &[0x08, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01],
+        &[
+            0x08, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01,
+        ],
     );
 }
 
@@ -233,7 +256,10 @@ fn snapshot_with_timestamp() {
             size_bytes: 4096,
             snapshot_id: "s1".into(),
             source_volume_id: "v1".into(),
-            creation_time: Some(prost_types::Timestamp { seconds: 1_700_000_000, nanos: 500_000_000 }),
+            creation_time: Some(prost_types::Timestamp {
+                seconds: 1_700_000_000,
+                nanos: 500_000_000,
+            }),
             ready_to_use: true,
             group_snapshot_id: "g".into(),
         }),
