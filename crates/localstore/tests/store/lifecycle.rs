@@ -488,7 +488,7 @@ fn store_root_must_be_safe() {
     assert!(err.to_string().contains("not a directory"), "{err}");
 
     rustix::fs::chown(
-        &real.join("store"),
+        real.join("store"),
         Some(rustix::process::Uid::from_raw(1000)),
         None,
     )
@@ -513,7 +513,7 @@ fn existing_metadata_with_wrong_owner_or_mode_is_refused() {
     fs::set_permissions(root.metadata(), fs::Permissions::from_mode(0o700)).unwrap();
     drop(root.open());
     rustix::fs::chown(
-        &root.metadata(),
+        root.metadata(),
         Some(rustix::process::Uid::from_raw(1000)),
         None,
     )

@@ -3,6 +3,13 @@
 //! Store roots must be root-owned, so most tests need root; without it they print `SKIPPED` and
 //! return. Privileged tests (real mounts) also need a private mount namespace.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::print_stderr,
+    reason = "test helpers fail loudly; skipped tests say so on stderr"
+)]
+
 mod bad_input;
 mod common;
 #[cfg(feature = "testing")]
