@@ -18,7 +18,7 @@ pub const MAX_SOCKET_PATH_LEN: usize = 107;
 /// there is no percent-decoding. Paths longer than [`MAX_SOCKET_PATH_LEN`] bytes are rejected.
 ///
 /// [`Display`](fmt::Display) renders the endpoint back in the same form, so parsing the
-/// rendered string gives the same value.
+/// rendered string gives the same value (for UTF-8 paths; others display lossily).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct UnixEndpoint {
     path: PathBuf,
@@ -44,28 +44,27 @@ impl UnixEndpoint {
 
     /// Builds an endpoint from a socket path, with the same checks as [`UnixEndpoint::parse`].
     pub fn from_path(path: impl Into<PathBuf>) -> Result<Self, Error> {
+        use std::os::unix::ffi::OsStrExt;
         let path = path.into();
-        let invalid = |problem| Error::InvalidEndpoint {
-            endpoint: format!("unix://{}", path.display()),
-            problem,
+        let bytes = path.as_os_str().as_bytes();
+        let problem = if bytes.is_empty() {
+            Some(EndpointProblem::EmptyPath)
+        } else if !bytes.starts_with(b"/") {
+            Some(EndpointProblem::NotAbsolute)
+        } else if bytes.ends_with(b"/") {
+            Some(EndpointProblem::NoFileName)
+        } else if bytes.contains(&0) {
+            Some(EndpointProblem::NulByte)
+        } else {
+            None
         };
-        let Some(text) = path.to_str() else {
-            // Non-UTF-8 paths are fine for the kernel; only the string form needs UTF-8.
-            return check_len(path);
-        };
-        if text.is_empty() {
-            return Err(invalid(EndpointProblem::EmptyPath));
+        match problem {
+            Some(problem) => Err(Error::InvalidEndpoint {
+                endpoint: format!("unix://{}", path.display()),
+                problem,
+            }),
+            None => check_len(path),
         }
-        if !text.starts_with('/') {
-            return Err(invalid(EndpointProblem::NotAbsolute));
-        }
-        if text.ends_with('/') {
-            return Err(invalid(EndpointProblem::NoFileName));
-        }
-        if text.contains('\0') {
-            return Err(invalid(EndpointProblem::NulByte));
-        }
-        check_len(path)
     }
 
     /// The socket path.
@@ -267,6 +266,24 @@ mod tests {
                 ),
                 "{path:?}"
             );
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn parse_then_display_round_trips(text in "(unix|tcp|UNIX)?:?/{0,4}[a-z./?#%\\x00 -]{0,120}") {
+            if let Ok(endpoint) = UnixEndpoint::parse(&text) {
+                proptest::prop_assert_eq!(endpoint.to_string(), text.clone());
+                proptest::prop_assert_eq!(UnixEndpoint::parse(&endpoint.to_string()).ok(), Some(endpoint.clone()));
+                proptest::prop_assert!(endpoint.path().is_absolute());
+                proptest::prop_assert!(endpoint.path().as_os_str().len() <= MAX_SOCKET_PATH_LEN);
+                proptest::prop_assert_eq!(UnixEndpoint::from_path(endpoint.path()).ok(), Some(endpoint));
+            }
+        }
+
+        #[test]
+        fn parse_never_panics(text in "\\PC{0,200}") {
+            let _ = UnixEndpoint::parse(&text);
         }
     }
 
