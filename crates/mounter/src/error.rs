@@ -4,8 +4,10 @@ use std::path::PathBuf;
 use crate::MountIdentity;
 
 /// Everything that can go wrong while validating a target or mounting.
+///
+/// Deliberately not `#[non_exhaustive]`: callers map each variant to one status code with an
+/// exhaustive `match`, and a new variant must force that decision.
 #[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
 pub enum Error {
     /// The path is not clean and absolute.
     #[error("invalid path {path:?}: {reason}")]

@@ -1,0 +1,143 @@
+//! Logs, metrics and the small HTTP server for `/metrics` and `/healthz`.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::{Request, Response, StatusCode};
+use localstore::VolumeState;
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+
+use crate::config::LogFormat;
+use crate::driver::Driver;
+
+/// How often the store gauges are refreshed.
+const GAUGE_INTERVAL: Duration = Duration::from_secs(30);
+
+/// Installs the global tracing subscriber (stderr; `RUST_LOG` filters, default `info`).
+pub fn init_logging(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    // A second installation (tests start several drivers in one process) is harmless.
+    let _ = match format {
+        LogFormat::Json => builder
+            .json()
+            .flatten_event(true)
+            .with_current_span(false)
+            .try_init(),
+        LogFormat::Text => builder.try_init(),
+    };
+}
+
+/// Installs the Prometheus recorder once per process and returns its handle.
+pub fn install_metrics() -> anyhow::Result<PrometheusHandle> {
+    static HANDLE: std::sync::OnceLock<PrometheusHandle> = std::sync::OnceLock::new();
+    if let Some(handle) = HANDLE.get() {
+        return Ok(handle.clone());
+    }
+    let handle = PrometheusBuilder::new()
+        .set_buckets(&[
+            0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0,
+        ])?
+        .install_recorder()?;
+    Ok(HANDLE.get_or_init(|| handle).clone())
+}
+
+/// Refreshes the store gauges: volumes by state, consumer claims, free bytes and inodes.
+pub fn refresh_gauges(driver: &Driver) {
+    let store = driver.store();
+    if let Ok(records) = store.list() {
+        for state in [
+            VolumeState::Creating,
+            VolumeState::Ready,
+            VolumeState::Deleting,
+        ] {
+            let count = records.iter().filter(|r| r.state == state).count();
+            metrics::gauge!("tak_os_local_csi_volumes", "state" => state.to_string())
+                .set(count as f64);
+        }
+    }
+    if let Ok(claims) = store.claims() {
+        metrics::gauge!("tak_os_local_csi_consumer_claims").set(claims.len() as f64);
+    }
+    if let Ok(st) = rustix::fs::statvfs(store.root()) {
+        metrics::gauge!("tak_os_local_csi_store_free_bytes")
+            .set(st.f_bavail.saturating_mul(st.f_frsize) as f64);
+        metrics::gauge!("tak_os_local_csi_store_free_inodes").set(st.f_favail as f64);
+    }
+}
+
+/// Refreshes the gauges now and every 30 s until the task is dropped.
+pub async fn gauge_loop(driver: Arc<Driver>) {
+    let mut tick = tokio::time::interval(GAUGE_INTERVAL);
+    loop {
+        tick.tick().await;
+        let driver = Arc::clone(&driver);
+        let _ = tokio::task::spawn_blocking(move || refresh_gauges(&driver)).await;
+    }
+}
+
+/// Serves `/metrics` and `/healthz` on `listener` until the task is dropped.
+pub async fn serve_http(
+    listener: tokio::net::TcpListener,
+    metrics: PrometheusHandle,
+    driver: Arc<Driver>,
+) {
+    loop {
+        let Ok((stream, _)) = listener.accept().await else {
+            continue;
+        };
+        let metrics = metrics.clone();
+        let driver = Arc::clone(&driver);
+        let service = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
+            let metrics = metrics.clone();
+            let driver = Arc::clone(&driver);
+            async move { Ok::<_, Infallible>(respond(req.uri().path(), &metrics, &driver).await) }
+        });
+        tokio::spawn(async move {
+            let io = hyper_util::rt::TokioIo::new(stream);
+            let _ = hyper::server::conn::http1::Builder::new()
+                .serve_connection(io, service)
+                .await;
+        });
+    }
+}
+
+async fn respond(
+    path: &str,
+    metrics: &PrometheusHandle,
+    driver: &Arc<Driver>,
+) -> Response<Full<Bytes>> {
+    let (status, body) = match path {
+        "/metrics" => (StatusCode::OK, metrics.render()),
+        "/healthz" => {
+            let driver = Arc::clone(driver);
+            match tokio::task::spawn_blocking(move || driver.probe()).await {
+                Ok(Ok(_)) => (StatusCode::OK, "ok\n".to_owned()),
+                Ok(Err(status)) => (
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    format!("{}\n", status.message()),
+                ),
+                Err(e) => (StatusCode::SERVICE_UNAVAILABLE, format!("{e}\n")),
+            }
+        }
+        _ => (
+            StatusCode::NOT_FOUND,
+            "not found; try /metrics or /healthz\n".to_owned(),
+        ),
+    };
+    let mut response = Response::new(Full::new(Bytes::from(body)));
+    *response.status_mut() = status;
+    response
+}
+
+/// Binds the metrics listener.
+pub async fn bind_http(address: SocketAddr) -> anyhow::Result<tokio::net::TcpListener> {
+    Ok(tokio::net::TcpListener::bind(address).await?)
+}
