@@ -302,21 +302,49 @@ fn second_opener_fails_at_once_in_the_same_process() {
     drop(root.open());
 }
 
+const OPEN_CHILD_ENV: &str = "LOCALSTORE_OPEN_CHILD";
+
+/// Not a test of its own: the child process of [`second_opener_fails_at_once_in_another_process`].
+/// Without the environment variable it does nothing.
+#[test]
+fn open_child_entry() {
+    let Some(root) = std::env::var_os(OPEN_CHILD_ENV) else {
+        return;
+    };
+    let err = Store::open(Path::new(&root), StoreOptions::new(NODE)).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::StoreInUse, "{err}");
+}
+
 #[test]
 fn second_opener_fails_at_once_in_another_process() {
     require_root!();
     let root = Root::new();
-    let _store = root.open();
-    // flock(1) -n fails at once when the lock is held by another open file description.
-    let status = std::process::Command::new("flock")
-        .args(["-n", "-E", "42"])
-        .arg(root.metadata().join("driver.lock"))
-        .arg("true")
-        .status();
-    match status {
-        Ok(status) => assert_eq!(status.code(), Some(42)),
-        Err(e) => eprintln!("SKIPPED part: flock(1) unavailable: {e}"),
-    }
+    let store = root.open();
+    let start = std::time::Instant::now();
+    let status = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "lifecycle::open_child_entry", "--test-threads=1"])
+        .env(OPEN_CHILD_ENV, root.path())
+        .stdout(std::process::Stdio::null())
+        .status()
+        .unwrap();
+    assert!(
+        status.success(),
+        "the child did not see StoreInUse: {status}"
+    );
+    assert!(
+        start.elapsed() < std::time::Duration::from_secs(10),
+        "the child blocked"
+    );
+    // Once the first opener is gone, another process may open the store.
+    drop(store);
+    let status = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "lifecycle::open_child_entry", "--test-threads=1"])
+        .env(OPEN_CHILD_ENV, root.path())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .unwrap();
+    assert!(!status.success(), "the child should have opened the store");
 }
 
 #[test]
