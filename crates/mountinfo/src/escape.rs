@@ -32,32 +32,38 @@ pub(crate) fn decode<'a>(
     if !special {
         return Cow::Borrowed(raw);
     }
+    let unescaped = match escaping {
+        Escaping::Path => memchr::memchr(b'\t', raw),
+        Escaping::Name => memchr::memchr2(b'\t', b'#', raw),
+    };
+    if unescaped.is_some() {
+        *canonical = false;
+    }
     let mut out: Option<Vec<u8>> = None;
-    let mut i = 0;
-    while let Some(&b) = raw.get(i) {
-        if b == b'\\' {
-            if let Some(decoded) = escape_at(raw, i, escaping) {
-                out.get_or_insert_with(|| {
-                    let mut v = Vec::with_capacity(raw.len());
-                    v.extend_from_slice(&raw[..i]);
-                    v
-                })
-                .push(decoded);
-                i += 4;
-                continue;
+    // `raw[..copied]` is in `out` already; the next backslash is searched from `from`.
+    let mut copied = 0;
+    let mut from = 0;
+    while let Some(offset) = memchr::memchr(b'\\', &raw[from..]) {
+        let at = from + offset;
+        match escape_at(raw, at, escaping) {
+            Some(decoded) => {
+                let v = out.get_or_insert_with(|| Vec::with_capacity(raw.len()));
+                v.extend_from_slice(&raw[copied..at]);
+                v.push(decoded);
+                copied = at + 4;
+                from = at + 4;
             }
-            *canonical = false;
-        } else if escaping.escapes(b) {
-            // A raw tab, or a raw `#` in a name.
-            *canonical = false;
+            None => {
+                *canonical = false;
+                from = at + 1;
+            }
         }
-        if let Some(v) = out.as_mut() {
-            v.push(b);
-        }
-        i += 1;
     }
     match out {
-        Some(v) => Cow::Owned(v),
+        Some(mut v) => {
+            v.extend_from_slice(&raw[copied..]);
+            Cow::Owned(v)
+        }
         None => Cow::Borrowed(raw),
     }
 }

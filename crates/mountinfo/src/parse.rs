@@ -8,8 +8,8 @@ use crate::mount::Mount;
 /// Parses a whole table. The flag says whether the input is exactly what the kernel would write
 /// for the parsed values (see [`crate::roundtrip_check`]).
 ///
-/// One pass: fields end at a space or at the end of the line, and only the super options (the
-/// long tail of a line) are searched for the newline with `memchr`.
+/// One pass: each field ends at a space or at the end of the line, and the super options (the
+/// tail of a line) end at the newline.
 pub(crate) fn parse_table(input: &[u8]) -> Result<(Vec<Mount<'_>>, bool), Error> {
     let mut mounts = Vec::with_capacity(memchr::memchr_iter(b'\n', input).count() + 1);
     let mut canonical = true;
@@ -101,32 +101,20 @@ struct Fields<'a> {
 }
 
 impl<'a> Fields<'a> {
+    /// Takes the next field. Plain fields are short, so a byte loop beats a vectorized search.
     fn plain(&mut self, field: Field) -> Result<&'a [u8], ErrorKind> {
-        self.split(field, |_| false).map(|(raw, _)| raw)
-    }
-
-    /// Takes the next field, and tells whether `special` held for one of its bytes. Fields are
-    /// short, so one byte loop beats a vectorized search here.
-    fn split(
-        &mut self,
-        field: Field,
-        special: impl Fn(u8) -> bool,
-    ) -> Result<(&'a [u8], bool), ErrorKind> {
         let start = self.pos.ok_or(ErrorKind::MissingField(field))?;
         let rest = &self.input[start..];
-        let mut any_special = false;
-        for (len, &b) in rest.iter().enumerate() {
-            match CLASS[usize::from(b)] {
-                PLAIN => {}
-                END => {
-                    self.pos = (b == b' ').then_some(start + len + 1);
-                    return Ok((&rest[..len], any_special));
-                }
-                _ => any_special |= special(b),
+        Ok(match rest.iter().position(|&b| b == b' ' || b == b'\n') {
+            Some(len) => {
+                self.pos = (rest[len] == b' ').then_some(start + len + 1);
+                &rest[..len]
             }
-        }
-        self.pos = None;
-        Ok((rest, any_special))
+            None => {
+                self.pos = None;
+                rest
+            }
+        })
     }
 
     fn number(&mut self, field: Field) -> Result<u64, ErrorKind> {
@@ -134,32 +122,29 @@ impl<'a> Fields<'a> {
     }
 
     /// A field with the kernel's escapes; only one holding a backslash, tab or `#` is decoded.
+    /// Paths are long, so they are searched with `memchr` rather than byte by byte.
     fn name(
         &mut self,
         field: Field,
         escaping: Escaping,
         canonical: &mut bool,
     ) -> Result<std::borrow::Cow<'a, [u8]>, ErrorKind> {
-        let (raw, special) = self.split(field, |_| true)?;
+        let start = self.pos.ok_or(ErrorKind::MissingField(field))?;
+        let rest = &self.input[start..];
+        let raw = match memchr::memchr2(b' ', b'\n', rest) {
+            Some(len) => {
+                self.pos = (rest[len] == b' ').then_some(start + len + 1);
+                &rest[..len]
+            }
+            None => {
+                self.pos = None;
+                rest
+            }
+        };
+        let special = memchr::memchr3(b'\\', b'\t', b'#', raw).is_some();
         Ok(escape::decode(raw, special, escaping, canonical))
     }
 }
-
-const PLAIN: u8 = 0;
-const END: u8 = 1;
-const SPECIAL: u8 = 2;
-
-/// Byte classes for splitting a line into fields: what ends a field, and the bytes that may need
-/// decoding or make the line non-canonical in a name field.
-static CLASS: [u8; 256] = {
-    let mut class = [PLAIN; 256];
-    class[b' ' as usize] = END;
-    class[b'\n' as usize] = END;
-    class[b'\\' as usize] = SPECIAL;
-    class[b'\t' as usize] = SPECIAL;
-    class[b'#' as usize] = SPECIAL;
-    class
-};
 
 /// A decimal number as the kernel prints it: digits only, no sign, no leading zero.
 pub(crate) fn canonical_decimal(digits: &[u8]) -> Option<u64> {

@@ -226,45 +226,38 @@ impl<'t, 'a> IntoIterator for &'t MountTable<'a> {
 }
 
 /// A path prepared for comparison with many mount points: its components joined by single
-/// slashes. Two paths have equal components exactly when these forms are equal, and a
-/// kernel-written mount point is already in this form, so most comparisons are plain bytes.
+/// slashes. That is the shortest spelling of the path, and the kernel writes mount points that
+/// way, so most comparisons are plain bytes.
 struct PathKey {
     normal: Vec<u8>,
-    /// The last component of `normal` (empty for `/`).
-    last: Vec<u8>,
 }
 
 impl PathKey {
     fn new(path: &Path) -> Self {
-        let normal = normal_form(path);
-        let last = match memchr::memrchr(b'/', &normal) {
-            Some(slash) => normal[slash + 1..].to_vec(),
-            None => normal.clone(),
-        };
-        Self { normal, last }
+        Self {
+            normal: normal_form(path),
+        }
     }
 
     fn matches(&self, candidate: &[u8]) -> bool {
-        // The normal form is the shortest spelling of a path, so a candidate that is not longer
-        // either is the same bytes or is a different path.
-        if candidate.len() <= self.normal.len() {
-            return candidate == self.normal.as_slice();
+        let normal = self.normal.as_slice();
+        // Not longer than the shortest spelling: equal paths are equal bytes.
+        if candidate.len() <= normal.len() {
+            return candidate == normal;
         }
-        // A longer spelling still ends with the same last component, once trailing `/` and `/.`
-        // are gone.
-        let mut trimmed = candidate;
-        while let Some(shorter) = trimmed
-            .strip_suffix(b"/")
-            .or_else(|| trimmed.strip_suffix(b"/."))
-        {
-            trimmed = shorter;
+        match (normal.first(), candidate.first()) {
+            // Compared from the last component, where mount points usually differ first.
+            (Some(b'/'), Some(b'/')) => components_rev(candidate).eq(components_rev(normal)),
+            (Some(b'/'), _) | (_, Some(b'/')) => false,
+            _ => Path::new(OsStr::from_bytes(candidate)) == Path::new(OsStr::from_bytes(normal)),
         }
-        if !trimmed.ends_with(&self.last) {
-            return false;
-        }
-        !is_normal_absolute(candidate)
-            && normal_form(Path::new(OsStr::from_bytes(candidate))) == self.normal
     }
+}
+
+/// The components of an absolute path, last first, as [`Path::components`] sees them.
+fn components_rev(path: &[u8]) -> impl Iterator<Item = &[u8]> {
+    path.rsplit(|&b| b == b'/')
+        .filter(|c| !c.is_empty() && *c != b".")
 }
 
 fn normal_form(path: &Path) -> Vec<u8> {
@@ -279,15 +272,4 @@ fn normal_form(path: &Path) -> Vec<u8> {
         }
     }
     normal
-}
-
-/// Whether `path` is absolute with single slashes, no `.` component and no trailing slash.
-fn is_normal_absolute(path: &[u8]) -> bool {
-    match path {
-        [b'/'] => true,
-        [b'/', rest @ ..] => rest
-            .split(|&b| b == b'/')
-            .all(|c| !c.is_empty() && c != b"."),
-        _ => false,
-    }
 }
