@@ -1,0 +1,37 @@
+//! `tak-os-demo`: flags in, demo out.
+
+use std::process::ExitCode;
+
+use clap::Parser as _;
+use tak_os_demo::config::{Cli, Command};
+use tak_os_demo::{Outcome, driver};
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Some(Command::ServeDriver { args }) => serve_driver(args),
+        None => exit_code(tak_os_demo::demo(&cli.options(), &mut std::io::stdout())),
+    }
+}
+
+/// The one mapping from the demo's outcome to the exit code.
+fn exit_code(outcome: Outcome) -> ExitCode {
+    match outcome {
+        Outcome::Pass => ExitCode::SUCCESS,
+        Outcome::Fail => ExitCode::FAILURE,
+    }
+}
+
+#[allow(
+    clippy::print_stderr,
+    reason = "the driver's stderr is its log, and logging may not be set up yet"
+)]
+fn serve_driver(args: Vec<std::ffi::OsString>) -> ExitCode {
+    match driver::serve(args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("tak-os-demo {}: {error:#}", driver::SERVE_DRIVER);
+            ExitCode::FAILURE
+        }
+    }
+}
