@@ -49,7 +49,10 @@ pub fn in_ci() -> bool {
     std::env::var_os("CI").is_some_and(|v| v == "true")
 }
 
-#[allow(clippy::print_stderr, reason = "a skipped privileged test must be seen in the output")]
+#[allow(
+    clippy::print_stderr,
+    reason = "a skipped privileged test must be seen in the output"
+)]
 fn skip_or_fail(test: &str, why: &str) -> bool {
     assert!(!in_ci(), "privileged test {test} cannot run in CI: {why}");
     eprintln!("SKIPPED (needs root in a private mount namespace): {test}: {why}");
@@ -66,8 +69,11 @@ pub fn try_private_mount_namespace() -> Result<(), Unprivileged> {
     }
     unshare_mount_namespace(UnshareFlags::NEWNS)
         .map_err(|e| Unprivileged(format!("unshare(CLONE_NEWNS) failed: {e}")))?;
-    mount_change("/", MountPropagationFlags::REC | MountPropagationFlags::PRIVATE)
-        .map_err(|e| Unprivileged(format!("making / recursively private failed: {e}")))?;
+    mount_change(
+        "/",
+        MountPropagationFlags::REC | MountPropagationFlags::PRIVATE,
+    )
+    .map_err(|e| Unprivileged(format!("making / recursively private failed: {e}")))?;
     Ok(())
 }
 
