@@ -1,0 +1,15 @@
+//! The fuzz target's invariant holds on every checked-in seed.
+
+use std::path::Path;
+
+#[test]
+fn fuzz_seeds_hold_the_request_roundtrip_invariant() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/seeds/worker_request_decode");
+    let mut seen = 0;
+    for entry in std::fs::read_dir(&dir).expect("seed folder") {
+        let path = entry.expect("seed entry").path();
+        lease_client::protocol::request_roundtrip_check(&std::fs::read(&path).expect("seed"));
+        seen += 1;
+    }
+    assert!(seen >= 10, "expected the seed corpus in {}", dir.display());
+}
