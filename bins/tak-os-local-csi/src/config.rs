@@ -37,7 +37,7 @@ pub struct Cli {
     #[arg(long, env = "TAK_OS_KUBELET_ROOT", default_value = "/var/lib/kubelet")]
     pub kubelet_root: PathBuf,
 
-    /// Enables the trusted consumer extension with targets <root>/<generation>/<replica>/mount.
+    /// Enables the trusted consumer extension with targets `<root>/<generation>/<replica>/mount`.
     #[arg(long, env = "TAK_OS_CONSUMER_MOUNT_ROOT")]
     pub consumer_mount_root: Option<PathBuf>,
 

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use csi_proto::v1::*;
 use localstore::{CapacityRange, CreateRequest, Store, VolumeId, VolumeRecord, VolumeState};
-use mounter::{MountIdentity, Mounter, Target, TargetRoot};
+use mounter::{MountIdentity, MountedAt, Mounter, Target, TargetRoot};
 use tonic::Status;
 
 use crate::capability::{AccessMode, Capability};
@@ -34,6 +34,9 @@ pub struct Driver {
     kubelet_root: TargetRoot,
     consumer_root: Option<TargetRoot>,
     max_volumes_per_node: i64,
+    /// The mount the store was on when the driver started; Probe fails if that changes (a
+    /// disk unmounted underneath a running driver).
+    store_mount_id: u64,
 }
 
 impl Driver {
@@ -44,14 +47,16 @@ impl Driver {
         kubelet_root: TargetRoot,
         consumer_root: Option<TargetRoot>,
         max_volumes_per_node: i64,
-    ) -> Self {
-        Driver {
+    ) -> Result<Self, mounter::Error> {
+        let store_mount_id = mounter.source_mount(store.root())?.mount_id;
+        Ok(Driver {
             store,
             mounter,
             kubelet_root,
             consumer_root,
             max_volumes_per_node,
-        }
+            store_mount_id,
+        })
     }
 
     /// The store.
@@ -81,8 +86,30 @@ impl Driver {
 
     // ----- Identity -----
 
-    /// Probe: ready when the store answers.
+    /// Probe: ready while the store is where it was opened: the same mount, its metadata
+    /// directory present, and its filesystem answering.
     pub fn probe(&self) -> Result<ProbeResponse, Status> {
+        let root = self.store.root();
+        let now = self
+            .mounter
+            .source_mount(root)
+            .map_err(|e| status::mount(&e))?;
+        if now.mount_id != self.store_mount_id {
+            return Err(Status::failed_precondition(format!(
+                "the store {root:?} is no longer on the mount it was opened on (was mount {}, now {})",
+                self.store_mount_id, now.mount_id
+            )));
+        }
+        let metadata = root.join(localstore::METADATA_DIR);
+        rustix::fs::statx(
+            rustix::fs::CWD,
+            &metadata,
+            rustix::fs::AtFlags::SYMLINK_NOFOLLOW | rustix::fs::AtFlags::STATX_DONT_SYNC,
+            rustix::fs::StatxFlags::TYPE,
+        )
+        .map_err(|e| {
+            Status::failed_precondition(format!("the store's {metadata:?} is gone: {e}"))
+        })?;
         self.store.capacity().map_err(|e| status::store(&e))?;
         Ok(ProbeResponse { ready: Some(true) })
     }
@@ -196,11 +223,20 @@ impl Driver {
             return Err(missing("volume_capabilities"));
         }
         let record = self.record(&req.volume_id)?;
-        let unsupported: Vec<String> = req
-            .volume_capabilities
-            .iter()
-            .filter_map(|c| Capability::from_csi(c).err())
-            .collect();
+        let mut unsupported = Vec::new();
+        for requested in &req.volume_capabilities {
+            match Capability::from_csi(requested) {
+                Err(problem) => unsupported.push(problem),
+                Ok(c) if !record.capabilities.contains(&c.to_record()) => {
+                    unsupported.push(format!(
+                        "the volume was not created with {} and mount flags {:?}",
+                        c.to_record().access_mode,
+                        c.mount_flags
+                    ))
+                }
+                Ok(_) => {}
+            }
+        }
         if !unsupported.is_empty() {
             return Ok(ValidateVolumeCapabilitiesResponse {
                 confirmed: None,
@@ -283,7 +319,11 @@ impl Driver {
         let supported = req
             .volume_capabilities
             .iter()
-            .all(|c| Capability::from_csi(c).is_ok());
+            .all(|c| Capability::from_csi(c).is_ok())
+            && req
+                .parameters
+                .keys()
+                .all(|k| k.starts_with(PROVISIONER_PARAMETER_PREFIX));
         if !ours || !supported {
             return Ok(GetCapacityResponse {
                 available_capacity: 0,
@@ -347,8 +387,10 @@ impl Driver {
             .root()
             .resolve(&target_path)
             .map_err(|e| status::mount(&e))?;
-        let expected = self.volume_identity(&volume_id)?;
+        let volume = self.volume_mount(&volume_id)?;
+        let expected = volume.identity;
         let options = capability.bind_options(req.readonly);
+        let expected_attrs = options.attrs.union(volume.attrs);
 
         if let Some(found) = self
             .mounter
@@ -358,11 +400,11 @@ impl Driver {
             if found.identity != expected {
                 return Err(self.occupied(&target_path, &found.identity)?);
             }
-            if found.attrs != options.attrs {
+            if found.attrs != expected_attrs {
                 return Err(Status::already_exists(format!(
                     "volume {volume_id} is already published at {target_path:?} with other options \
                      (mounted {:?}, requested {:?})",
-                    found.attrs, options.attrs
+                    found.attrs, expected_attrs
                 )));
             }
             return Ok(NodePublishVolumeResponse {});
@@ -424,11 +466,24 @@ impl Driver {
             return Err(missing("target_path"));
         }
         let target_path = PathBuf::from(&req.target_path);
-        let place = Place::of(
+        let place = match Place::of(
             &target_path,
             &self.kubelet_root,
             self.consumer_root.as_ref(),
-        )?;
+        ) {
+            Ok(place) => place,
+            // The driver never publishes to a malformed consumer target, so none is ours to
+            // remove: "already unpublished".
+            Err(_)
+                if self
+                    .consumer_root
+                    .as_ref()
+                    .is_some_and(|root| root.contains(&target_path)) =>
+            {
+                return Ok(NodeUnpublishVolumeResponse {});
+            }
+            Err(status) => return Err(status),
+        };
         // An unknown or foreign volume ID must still succeed for an absent target.
         let volume_id = VolumeId::from_str(&req.volume_id)
             .ok()
@@ -588,12 +643,18 @@ impl Driver {
     /// The identity a bind of the volume's data directory has. Derived from the store root's
     /// mount so that it is known even when the data directory itself is gone.
     fn volume_identity(&self, volume_id: &VolumeId) -> Result<MountIdentity, Status> {
-        let mut identity = self
+        Ok(self.volume_mount(volume_id)?.identity)
+    }
+
+    /// What a bind of the volume's data directory is: its identity and the flags it inherits
+    /// from the store's mount (a bind copies them; `nodev` on the store stays `nodev`).
+    fn volume_mount(&self, volume_id: &VolumeId) -> Result<MountedAt, Status> {
+        let mut mounted = self
             .mounter
-            .source_identity(self.store.root())
+            .source_mount(self.store.root())
             .map_err(|e| status::mount(&e))?;
-        identity.root = identity.root.join(volume_id.to_string());
-        Ok(identity)
+        mounted.identity.root = mounted.identity.root.join(volume_id.to_string());
+        Ok(mounted)
     }
 
     /// The status for a target that holds a mount of something else: `ALREADY_EXISTS` when it
@@ -632,8 +693,11 @@ impl Driver {
         })?;
         let table = mountinfo::MountTable::parse(&bytes)
             .map_err(|e| Status::internal(format!("cannot parse /proc/self/mountinfo: {e}")))?;
+        // A kubelet subPath is a bind of a directory inside the volume: it counts too.
         Ok(table
-            .by_device_and_root(expected.major, expected.minor, &expected.root)
+            .iter()
+            .filter(|m| (m.major(), m.minor()) == (expected.major, expected.minor))
+            .filter(|m| m.root().starts_with(&expected.root))
             .filter(|m| m.fs_type() == expected.fs_type && m.source() == expected.source)
             .map(|m| m.mount_point().to_owned())
             .collect())

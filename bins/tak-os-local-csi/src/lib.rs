@@ -41,8 +41,7 @@ pub fn open(config: &Config, mounter: Arc<dyn Mounter>) -> anyhow::Result<Arc<Dr
         tracing::warn!(report = ?found, "the volume store needs attention; see `tak-os-local-csi audit`");
     }
     if let Some(root) = &config.consumer_root {
-        std::fs::create_dir_all(root.path())
-            .with_context(|| format!("cannot create the consumer mount root {:?}", root.path()))?;
+        // Never created here: creating it could follow a symlink in one of its parents.
         rustix::fs::openat2(
             rustix::fs::CWD,
             root.path(),
@@ -57,13 +56,20 @@ pub fn open(config: &Config, mounter: Arc<dyn Mounter>) -> anyhow::Result<Arc<Dr
             )
         })?;
     }
-    Ok(Arc::new(Driver::new(
+    let driver = Driver::new(
         store,
         mounter,
         config.kubelet_root.clone(),
         config.consumer_root.clone(),
         config.max_volumes_per_node,
-    )))
+    )
+    .with_context(|| {
+        format!(
+            "cannot identify the mount of the store {:?}",
+            config.volume_path
+        )
+    })?;
+    Ok(Arc::new(driver))
 }
 
 /// Serves the driver until `shutdown` resolves: CSI on the endpoint, metrics and health on the

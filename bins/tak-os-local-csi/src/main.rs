@@ -4,7 +4,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::Parser as _;
-use tak_os_local_csi::config::{Cli, Command};
+use tak_os_local_csi::config::{Cli, Command, ConfigError};
 use tak_os_local_csi::{audit, observe};
 
 fn main() -> ExitCode {
@@ -14,8 +14,40 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             tracing::error!(error = format!("{error:#}"), "tak-os-local-csi failed");
-            ExitCode::FAILURE
+            ExitCode::from(exit_code(&error))
         }
+    }
+}
+
+/// Exit codes: 1 a failure while running, 2 bad flags, 3 the store is in use by another
+/// driver, 4 the store is unsafe to use or not on its own filesystem.
+#[deny(clippy::wildcard_enum_match_arm)]
+fn exit_code(error: &anyhow::Error) -> u8 {
+    use localstore::ErrorKind;
+    if error
+        .chain()
+        .any(|e| e.downcast_ref::<ConfigError>().is_some())
+    {
+        return 2;
+    }
+    match error
+        .chain()
+        .find_map(|e| e.downcast_ref::<localstore::Error>())
+        .map(localstore::Error::kind)
+    {
+        Some(ErrorKind::StoreInUse) => 3,
+        Some(ErrorKind::UnsafeStore) => 4,
+        Some(
+            ErrorKind::InvalidArgument
+            | ErrorKind::NotFound
+            | ErrorKind::Incompatible
+            | ErrorKind::FailedPrecondition
+            | ErrorKind::Busy
+            | ErrorKind::CapacityExhausted
+            | ErrorKind::Corrupt
+            | ErrorKind::Io,
+        )
+        | None => 1,
     }
 }
 

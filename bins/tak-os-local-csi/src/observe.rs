@@ -90,8 +90,14 @@ pub async fn serve_http(
     driver: Arc<Driver>,
 ) {
     loop {
-        let Ok((stream, _)) = listener.accept().await else {
-            continue;
+        let stream = match listener.accept().await {
+            Ok((stream, _)) => stream,
+            Err(error) => {
+                // Out of descriptors, say: wait instead of spinning on the same error.
+                tracing::warn!(%error, "the metrics server cannot accept a connection");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                continue;
+            }
         };
         let metrics = metrics.clone();
         let driver = Arc::clone(&driver);

@@ -2,7 +2,8 @@
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
-    reason = "test helpers fail loudly"
+    clippy::print_stderr,
+    reason = "test helpers fail loudly and say when they skip"
 )]
 
 use std::collections::HashMap;
@@ -15,6 +16,7 @@ use csi_proto::v1::node_client::NodeClient;
 use csi_proto::v1::volume_capability::access_mode::Mode;
 use csi_proto::v1::volume_capability::{AccessMode, AccessType, MountVolume};
 use csi_proto::v1::*;
+use mounter::Mounter as _;
 use tak_os_local_csi::{Cli, LocalCsi};
 use tempfile::TempDir;
 use tonic::Code;
@@ -299,15 +301,28 @@ fn lifecycle_with_idempotent_repeats_and_spec_codes() {
     assert_eq!(code(h.create_with(inverted)), Code::InvalidArgument);
 
     // Validate and capacity.
-    let validate = |volume_id: &str| ValidateVolumeCapabilitiesRequest {
+    let validate_mode = |volume_id: &str, mode: Mode| ValidateVolumeCapabilitiesRequest {
         volume_id: volume_id.to_owned(),
-        volume_capabilities: vec![capability(Mode::SingleNodeMultiWriter)],
+        volume_capabilities: vec![capability(mode)],
         ..Default::default()
     };
+    let validate = |volume_id: &str| validate_mode(volume_id, Mode::SingleNodeWriter);
     let confirmed =
         h.rt.block_on(h.controller().validate_volume_capabilities(validate(&id)))
             .unwrap();
     assert!(confirmed.into_inner().confirmed.is_some());
+    // A capability the volume was not created with is not confirmed, and the message says why.
+    let other = validate_mode(&id, Mode::SingleNodeReaderOnly);
+    let refused =
+        h.rt.block_on(h.controller().validate_volume_capabilities(other))
+            .unwrap()
+            .into_inner();
+    assert!(refused.confirmed.is_none());
+    assert!(
+        refused.message.contains("SINGLE_NODE_READER_ONLY"),
+        "{}",
+        refused.message
+    );
     let unknown = format!("{}.{}", &id[..35], "f".repeat(64));
     assert_eq!(
         code(
@@ -596,8 +611,8 @@ struct StopBeforeBind {
 }
 
 impl mounter::Mounter for StopBeforeBind {
-    fn source_identity(&self, source: &Path) -> Result<mounter::MountIdentity, mounter::Error> {
-        mounter::LinuxMounter::new().source_identity(source)
+    fn source_mount(&self, source: &Path) -> Result<mounter::MountedAt, mounter::Error> {
+        mounter::LinuxMounter::new().source_mount(source)
     }
 
     fn mounted_at(
@@ -629,6 +644,24 @@ impl mounter::Mounter for StopBeforeBind {
 }
 
 const CHILD_ENV: &str = "TAK_OS_TEST_CHILD_DRIVER";
+
+/// A child process that is killed when the guard drops, so a failed assertion never leaves a
+/// driver running.
+struct KillOnDrop(std::process::Child);
+
+impl KillOnDrop {
+    fn kill(mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
 
 /// Not a test on its own: the kill test re-executes this binary to run a driver in a child
 /// process (`TAK_OS_TEST_CHILD_DRIVER=<dir>`, plus `:stop` to stop before the bind).
@@ -725,6 +758,7 @@ fn kill_between_record_and_mount_then_retry_succeeds() {
                     .unwrap(),
             )
             .spawn()
+            .map(KillOnDrop)
             .unwrap()
     };
     let wait_for = |what: &str, ready: &dyn Fn() -> bool| {
@@ -765,7 +799,7 @@ fn kill_between_record_and_mount_then_retry_succeeds() {
         ..Default::default()
     };
 
-    let mut driver = spawn(true);
+    let driver = spawn(true);
     let channel = connect();
     let create = CreateVolumeRequest {
         name: "pvc-kill".into(),
@@ -780,8 +814,7 @@ fn kill_between_record_and_mount_then_retry_succeeds() {
         async move { NodeClient::new(channel).node_publish_volume(req).await }
     });
     wait_for("the pause before the bind", &|| marker.exists());
-    driver.kill().unwrap();
-    driver.wait().unwrap();
+    driver.kill();
     assert!(
         rt.block_on(call).unwrap().is_err(),
         "the killed call cannot have succeeded"
@@ -796,7 +829,7 @@ fn kill_between_record_and_mount_then_retry_succeeds() {
         "killed after mkdir, before the bind"
     );
 
-    let mut driver = spawn(false);
+    let driver = spawn(false);
     let channel = connect();
     rt.block_on(NodeClient::new(channel.clone()).node_publish_volume(publish(&id)))
         .unwrap();
@@ -812,6 +845,177 @@ fn kill_between_record_and_mount_then_retry_succeeds() {
         .unwrap();
     assert!(!target.exists());
     assert!(!claim.exists(), "unpublish released the claim");
-    driver.kill().unwrap();
-    driver.wait().unwrap();
+    driver.kill();
+}
+
+// ----- The driver's logic over the fake mounter: no mount privilege needed (root still owns
+// the store), so these run in a build container too. -----
+
+/// A driver over a `FakeMounter`, called directly.
+struct FakeHarness {
+    dir: TempDir,
+    fake: Arc<mounter::FakeMounter>,
+    driver: Arc<tak_os_local_csi::Driver>,
+}
+
+impl FakeHarness {
+    fn start(store_attrs: mounter::MountAttrs) -> Option<FakeHarness> {
+        if !rustix::process::geteuid().is_root() {
+            assert!(
+                !test_support::in_ci(),
+                "the store must be owned by root: run the tests as root"
+            );
+            eprintln!("SKIPPED: the volume store must be owned by root");
+            return None;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        for sub in ["store", "kubelet/pods", "consumers"] {
+            fs::create_dir_all(dir.path().join(sub)).unwrap();
+        }
+        let fake = Arc::new(mounter::FakeMounter::new());
+        fake.set_source_attrs(&dir.path().join("store"), store_attrs);
+        let cli = Cli::try_parse_args(&[
+            "--node-id",
+            NODE,
+            "--volume-path",
+            &dir.path().join("store").display().to_string(),
+            "--kubelet-root",
+            &dir.path().join("kubelet").display().to_string(),
+            "--metrics-address",
+            "",
+        ]);
+        let mounter: Arc<dyn mounter::Mounter> = fake.clone();
+        let driver = tak_os_local_csi::open(&cli.config().unwrap(), mounter).unwrap();
+        Some(FakeHarness { dir, fake, driver })
+    }
+
+    fn volume(&self, name: &str) -> String {
+        let req = CreateVolumeRequest {
+            name: name.to_owned(),
+            volume_capabilities: vec![capability(Mode::SingleNodeWriter)],
+            ..Default::default()
+        };
+        self.driver
+            .create_volume(req)
+            .unwrap()
+            .volume
+            .unwrap()
+            .volume_id
+    }
+
+    fn target(&self, pod: &str) -> PathBuf {
+        let parent = self.dir.path().join(format!("kubelet/pods/{pod}"));
+        fs::create_dir_all(&parent).unwrap();
+        parent.join("mount")
+    }
+
+    fn publish(&self, volume_id: &str, target: &Path, readonly: bool) -> Result<(), tonic::Status> {
+        let req = NodePublishVolumeRequest {
+            volume_id: volume_id.to_owned(),
+            target_path: target.display().to_string(),
+            volume_capability: Some(capability(Mode::SingleNodeWriter)),
+            readonly,
+            ..Default::default()
+        };
+        self.driver.node_publish_volume(req).map(drop)
+    }
+
+    fn unpublish(&self, volume_id: &str, target: &Path) -> Result<(), tonic::Status> {
+        let req = NodeUnpublishVolumeRequest {
+            volume_id: volume_id.to_owned(),
+            target_path: target.display().to_string(),
+        };
+        self.driver.node_unpublish_volume(req).map(drop)
+    }
+}
+
+/// Regression: a bind inherits the store mount's nosuid/nodev, so comparing the mounted flags
+/// with only the requested ones made every repeated publish ALREADY_EXISTS on such a store.
+#[test]
+fn repeated_publish_on_a_nosuid_nodev_store_is_ok() {
+    let store_attrs = mounter::MountAttrs {
+        nosuid: true,
+        nodev: true,
+        ..Default::default()
+    };
+    let Some(h) = FakeHarness::start(store_attrs) else {
+        return;
+    };
+    let id = h.volume("pvc-flags");
+    let target = h.target("p");
+    h.publish(&id, &target, false).unwrap();
+    h.publish(&id, &target, false).unwrap();
+    assert_eq!(code(h.publish(&id, &target, true)), Code::AlreadyExists);
+    let mounted = h.fake.mounts();
+    let at_target = &mounted[&target];
+    assert_eq!(at_target.len(), 1, "a repeat never mounts twice");
+    assert!(at_target[0].attrs.nosuid && at_target[0].attrs.nodev);
+    h.unpublish(&id, &target).unwrap();
+    assert!(h.fake.mounts().is_empty());
+    assert!(!target.exists());
+}
+
+#[test]
+fn a_failed_bind_leaves_no_target_behind() {
+    let Some(h) = FakeHarness::start(Default::default()) else {
+        return;
+    };
+    let id = h.volume("pvc-fail");
+    let target = h.target("p");
+    h.fake.fail_next(mounter::FakeOp::Bind, 5);
+    assert_eq!(code(h.publish(&id, &target, false)), Code::Unavailable);
+    assert!(
+        !target.exists(),
+        "the target the driver created is removed again"
+    );
+    h.publish(&id, &target, false).unwrap();
+    h.unpublish(&id, &target).unwrap();
+}
+
+#[test]
+fn unpublish_never_removes_a_foreign_mount() {
+    let Some(h) = FakeHarness::start(Default::default()) else {
+        return;
+    };
+    let id = h.volume("pvc-foreign");
+    let target = h.target("p");
+    fs::create_dir(&target).unwrap();
+    let foreign = mounter::MountIdentity {
+        major: 0,
+        minor: 99,
+        root: "/".into(),
+        fs_type: "tmpfs".into(),
+        source: "tmpfs".into(),
+    };
+    h.fake.mount_foreign(&target, foreign.clone());
+    assert_eq!(code(h.unpublish(&id, &target)), Code::FailedPrecondition);
+    assert_eq!(h.fake.mounts()[&target][0].identity, foreign);
+    assert!(target.exists());
+    // A publish on top of it is refused too.
+    assert_eq!(
+        code(h.publish(&id, &target, false)),
+        Code::FailedPrecondition
+    );
+}
+
+#[test]
+fn probe_fails_when_the_store_moves_to_another_mount() {
+    let Some(h) = FakeHarness::start(Default::default()) else {
+        return;
+    };
+    h.driver.probe().unwrap();
+    // The disk under the store is unmounted: the path now lies on another mount.
+    let moved = mounter::MountedAt {
+        mount_id: 7,
+        identity: h.fake.source_identity(&h.dir.path().join("store")).unwrap(),
+        attrs: Default::default(),
+    };
+    h.fake.set_source_mount(&h.dir.path().join("store"), moved);
+    let status = h.driver.probe().unwrap_err();
+    assert_eq!(status.code(), Code::FailedPrecondition);
+    assert!(
+        status.message().contains("no longer on the mount"),
+        "{}",
+        status.message()
+    );
 }

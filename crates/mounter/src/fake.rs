@@ -6,7 +6,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
-use crate::{BindOptions, Error, MountIdentity, MountedAt, Mounter, Target, Unmounted};
+use crate::{BindOptions, Error, MountAttrs, MountIdentity, MountedAt, Mounter, Target, Unmounted};
 
 /// An operation of the fake, for failure injection.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -23,7 +23,8 @@ pub enum FakeOp {
 ///
 /// Target directories are real (tests create them in a temporary directory); mounts are not.
 /// A bind of a source has the identity `0:0`, root = the source path, type `fake`, source
-/// `fake`, unless [`FakeMounter::set_source_identity`] says otherwise. Mounts at one target
+/// `fake`, unless [`FakeMounter::set_source_identity`] says otherwise; a bind inherits the
+/// flags set with [`FakeMounter::set_source_attrs`], as the kernel's binds do. Mounts at one target
 /// stack like the kernel's, and [`FakeMounter::fail_next`] makes the next call of an
 /// operation fail.
 #[derive(Debug, Default)]
@@ -34,7 +35,7 @@ pub struct FakeMounter {
 #[derive(Debug, Default)]
 struct FakeState {
     mounts: BTreeMap<PathBuf, Vec<MountedAt>>,
-    sources: BTreeMap<PathBuf, MountIdentity>,
+    sources: BTreeMap<PathBuf, MountedAt>,
     failures: BTreeMap<FakeOp, i32>,
     next_id: u64,
 }
@@ -54,9 +55,44 @@ impl FakeMounter {
         self.state().failures.insert(op, errno);
     }
 
-    /// Gives binds of `source` this identity.
+    /// Gives binds of `source`, and of every path below it, this identity (below it, with
+    /// the root extended by the rest of the path).
     pub fn set_source_identity(&self, source: &Path, identity: MountIdentity) {
-        self.state().sources.insert(source.to_owned(), identity);
+        let attrs = self
+            .state()
+            .sources
+            .get(source)
+            .map(|m| m.attrs)
+            .unwrap_or_default();
+        self.state().sources.insert(
+            source.to_owned(),
+            MountedAt {
+                mount_id: 0,
+                identity,
+                attrs,
+            },
+        );
+    }
+
+    /// Gives `source`, and every path below it, these flags, which binds inherit as the
+    /// kernel's binds do.
+    pub fn set_source_attrs(&self, source: &Path, attrs: MountAttrs) {
+        let identity = self
+            .source_identity(source)
+            .unwrap_or_else(|_| default_identity(source));
+        self.state().sources.insert(
+            source.to_owned(),
+            MountedAt {
+                mount_id: 0,
+                identity,
+                attrs,
+            },
+        );
+    }
+
+    /// Makes `source`, and every path below it, lie on this mount (its ID, identity and flags).
+    pub fn set_source_mount(&self, source: &Path, mounted: MountedAt) {
+        self.state().sources.insert(source.to_owned(), mounted);
     }
 
     /// Puts a mount with `identity` at `target`, as something outside the code under test
@@ -104,13 +140,31 @@ fn default_identity(source: &Path) -> MountIdentity {
 }
 
 impl Mounter for FakeMounter {
-    fn source_identity(&self, source: &Path) -> Result<MountIdentity, Error> {
+    fn source_mount(&self, source: &Path) -> Result<MountedAt, Error> {
+        // Like the kernel: the registered source that contains `source` (longest prefix by
+        // whole components) decides the device and flags; the root is the path below it.
         let state = self.state();
-        Ok(state
+        let containing = state
             .sources
-            .get(source)
-            .cloned()
-            .unwrap_or_else(|| default_identity(source)))
+            .iter()
+            .filter(|(p, _)| source.starts_with(p))
+            .max_by_key(|(p, _)| p.components().count());
+        Ok(match containing {
+            Some((path, mounted)) => {
+                let mut mounted = mounted.clone();
+                if let Ok(rest) = source.strip_prefix(path)
+                    && !rest.as_os_str().is_empty()
+                {
+                    mounted.identity.root = mounted.identity.root.join(rest);
+                }
+                mounted
+            }
+            None => MountedAt {
+                mount_id: 0,
+                identity: default_identity(source),
+                attrs: MountAttrs::default(),
+            },
+        })
     }
 
     fn mounted_at(&self, target: &Target) -> Result<Option<MountedAt>, Error> {
@@ -136,7 +190,7 @@ impl Mounter for FakeMounter {
                 path: target.path().to_owned(),
             });
         }
-        let identity = self.source_identity(source)?;
+        let origin = self.source_mount(source)?;
         let mut state = self.state();
         state.next_id += 1;
         let mount_id = state.next_id;
@@ -146,8 +200,8 @@ impl Mounter for FakeMounter {
             .or_default()
             .push(MountedAt {
                 mount_id,
-                identity,
-                attrs: options.attrs,
+                identity: origin.identity,
+                attrs: options.attrs.union(origin.attrs),
             });
         Ok(())
     }

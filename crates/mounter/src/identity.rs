@@ -97,6 +97,17 @@ pub(crate) const MOUNT_ATTR_NOATIME: u64 = 0x10;
 pub(crate) const MOUNT_ATTR_NODIRATIME: u64 = 0x80;
 
 impl MountAttrs {
+    /// Both sets of flags: what a bind mount ends up with when it inherits `self` from its
+    /// source and is asked for `other`.
+    pub fn union(self, other: MountAttrs) -> MountAttrs {
+        MountAttrs {
+            read_only: self.read_only || other.read_only,
+            nosuid: self.nosuid || other.nosuid,
+            nodev: self.nodev || other.nodev,
+            noexec: self.noexec || other.noexec,
+        }
+    }
+
     pub(crate) fn from_bits(bits: u64) -> Self {
         MountAttrs {
             read_only: bits & MOUNT_ATTR_RDONLY != 0,

@@ -78,8 +78,14 @@ pub enum Unmounted {
 
 /// The mount operations the drivers need, behind a trait so that tests can pass a fake.
 pub trait Mounter: Send + Sync + std::fmt::Debug {
+    /// The mount a bind of `source` would copy: its identity (with the root set to `source`
+    /// itself) and the flags of the mount that contains `source`, which a bind inherits.
+    fn source_mount(&self, source: &Path) -> Result<MountedAt, Error>;
+
     /// The identity a bind mount of `source` would have.
-    fn source_identity(&self, source: &Path) -> Result<MountIdentity, Error>;
+    fn source_identity(&self, source: &Path) -> Result<MountIdentity, Error> {
+        Ok(self.source_mount(source)?.identity)
+    }
 
     /// The topmost mount exactly at `target`, if any.
     fn mounted_at(&self, target: &Target) -> Result<Option<MountedAt>, Error>;

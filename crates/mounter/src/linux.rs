@@ -127,7 +127,7 @@ impl LinuxMounter {
         Ok(Some(Some(found.mounted)))
     }
 
-    fn source_identity_kernel(&self, source: &Path) -> Result<Option<MountIdentity>, Error> {
+    fn source_mount_kernel(&self, source: &Path) -> Result<Option<MountedAt>, Error> {
         let stx = rustix::fs::statx(
             rustix::fs::CWD,
             source,
@@ -141,9 +141,9 @@ impl LinuxMounter {
         let Some(found) = statmount_identity(stx.stx_mnt_id)? else {
             return Ok(None);
         };
-        let mut identity = found.mounted.identity;
-        identity.root = root_within(source, &found.mount_point, &identity.root)?;
-        Ok(Some(identity))
+        let mut mounted = found.mounted;
+        mounted.identity.root = root_within(source, &found.mount_point, &mounted.identity.root)?;
+        Ok(Some(mounted))
     }
 
     fn bind_new(
@@ -194,6 +194,12 @@ impl LinuxMounter {
         target: &Target,
         options: BindOptions,
     ) -> Result<(), Error> {
+        // A bind remount replaces every flag, so keep the ones the source mount has.
+        let inherited = self.source_mount(source)?.attrs;
+        let options = BindOptions {
+            attrs: options.attrs.union(inherited),
+            ..options
+        };
         let pinned = target.pinned_path();
         rustix::mount::mount_bind(source, &pinned)
             .map_err(|e| io_error("bind mount", target.path(), e))?;
@@ -218,8 +224,10 @@ impl LinuxMounter {
             }
         }
         if let Err(e) = rustix::mount::mount_remount(&pinned, flags, "") {
-            // Never leave a writable bind behind when a read-only one was asked for.
-            let _ = rustix::mount::unmount(&pinned, UnmountFlags::NOFOLLOW | UnmountFlags::DETACH);
+            // Never leave a writable bind behind when a read-only one was asked for; but only
+            // take down what is verifiably the bind just made.
+            let expected = self.source_identity(source)?;
+            let _ = self.unmount(target, &expected);
             return Err(io_error("bind remount", target.path(), e));
         }
         Ok(())
@@ -227,12 +235,12 @@ impl LinuxMounter {
 }
 
 impl Mounter for LinuxMounter {
-    fn source_identity(&self, source: &Path) -> Result<MountIdentity, Error> {
+    fn source_mount(&self, source: &Path) -> Result<MountedAt, Error> {
         crate::target::check_clean_absolute(source)?;
         if self.probe == Probe::Kernel
-            && let Some(identity) = self.source_identity_kernel(source)?
+            && let Some(mounted) = self.source_mount_kernel(source)?
         {
-            return Ok(identity);
+            return Ok(mounted);
         }
         let bytes = read_mount_table()?;
         let table = mountinfo::MountTable::parse(&bytes).map_err(Error::MountTable)?;
@@ -241,7 +249,11 @@ impl Mounter for LinuxMounter {
         })?;
         let mut identity = identity_from_table(mount);
         identity.root = root_within(source, mount.mount_point(), &identity.root)?;
-        Ok(identity)
+        Ok(MountedAt {
+            mount_id: mount.mount_id(),
+            identity,
+            attrs: MountAttrs::from_mount_options(&mount.mount_options()),
+        })
     }
 
     fn mounted_at(&self, target: &Target) -> Result<Option<MountedAt>, Error> {
@@ -423,6 +435,76 @@ mod tests {
             assert!(decode_statmount(&vec![0xff; len]).is_none());
             assert!(decode_statmount(&vec![0; len]).is_none());
         }
+    }
+
+    /// A `struct statmount` as the kernel lays it out, built field by field.
+    fn statmount_buffer(strings: &[(usize, &str)], mask: u64, attr: u64) -> Vec<u8> {
+        let mut buf = vec![0u8; SM_STRINGS];
+        let mut text = Vec::new();
+        let put32 = |buf: &mut Vec<u8>, at: usize, v: u32| {
+            buf[at..at + 4].copy_from_slice(&v.to_ne_bytes())
+        };
+        for (field, value) in strings {
+            put32(&mut buf, *field, text.len() as u32);
+            text.extend_from_slice(value.as_bytes());
+            text.push(0);
+        }
+        buf[SM_MASK..SM_MASK + 8].copy_from_slice(&mask.to_ne_bytes());
+        put32(&mut buf, SM_DEV_MAJOR, 8);
+        put32(&mut buf, SM_DEV_MINOR, 3);
+        buf[SM_MNT_ID..SM_MNT_ID + 8].copy_from_slice(&0x8000_0042u64.to_ne_bytes());
+        buf[SM_MNT_ATTR..SM_MNT_ATTR + 8].copy_from_slice(&attr.to_ne_bytes());
+        buf.extend_from_slice(&text);
+        let size = buf.len() as u32;
+        put32(&mut buf, SM_SIZE, size);
+        buf
+    }
+
+    #[test]
+    fn decoding_reads_every_field_and_joins_the_subtype() {
+        let strings = [
+            (SM_FS_TYPE, "fuse"),
+            (SM_FS_SUBTYPE, "tak-os-replicated"),
+            (SM_MNT_ROOT, "/sub"),
+            (SM_MNT_POINT, "/mnt/x"),
+            (SM_SB_SOURCE, "v1.volume"),
+        ];
+        let buf = statmount_buffer(
+            &strings,
+            STATMOUNT_REQUIRED | STATMOUNT_FS_SUBTYPE,
+            0x1 | 0x2,
+        );
+        let answer = decode_statmount(&buf).unwrap();
+        assert_eq!(answer.mount_point, Path::new("/mnt/x"));
+        let m = answer.mounted;
+        assert_eq!(m.mount_id, 0x8000_0042);
+        assert_eq!((m.identity.major, m.identity.minor), (8, 3));
+        assert_eq!(m.identity.root, Path::new("/sub"));
+        assert_eq!(m.identity.fs_type, "fuse.tak-os-replicated");
+        assert_eq!(m.identity.source, "v1.volume");
+        assert!(m.attrs.read_only && m.attrs.nosuid && !m.attrs.nodev);
+    }
+
+    #[test]
+    fn decoding_refuses_an_answer_without_a_required_field() {
+        let strings = [
+            (SM_FS_TYPE, "ext4"),
+            (SM_MNT_ROOT, "/"),
+            (SM_MNT_POINT, "/"),
+            (SM_SB_SOURCE, "/dev/vda"),
+        ];
+        // An older kernel: no sb_source in the returned mask.
+        let buf = statmount_buffer(&strings, STATMOUNT_REQUIRED & !STATMOUNT_SB_SOURCE, 0);
+        assert!(decode_statmount(&buf).is_none());
+        let complete = statmount_buffer(&strings, STATMOUNT_REQUIRED, 0);
+        assert_eq!(
+            decode_statmount(&complete)
+                .unwrap()
+                .mounted
+                .identity
+                .fs_type,
+            "ext4"
+        );
     }
 
     #[test]

@@ -220,3 +220,53 @@ fn kernels_with_statmount_sources_answer_the_per_target_probe() {
         );
     }
 }
+
+#[test]
+fn binds_inherit_the_source_mount_flags_on_every_path() {
+    if !test_support::private_mount_namespace("binds_inherit_the_source_mount_flags_on_every_path")
+    {
+        return;
+    }
+    for (name, mounter) in mounters() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = dir.path().join("store");
+        fs::create_dir(&store).unwrap();
+        use rustix::mount::MountFlags;
+        rustix::mount::mount(
+            "tmpfs",
+            &store,
+            "tmpfs",
+            MountFlags::NOSUID | MountFlags::NODEV,
+            None,
+        )
+        .unwrap();
+        let source = store.join("volume");
+        fs::create_dir(&source).unwrap();
+        let inherited = mounter.source_mount(&source).unwrap().attrs;
+        assert!(
+            inherited.nosuid && inherited.nodev && !inherited.read_only,
+            "{name}"
+        );
+
+        let root = TargetRoot::new(dir.path()).unwrap();
+        let target = root.resolve(&dir.path().join("mount")).unwrap();
+        target.create_dir(0o750).unwrap();
+        let ro = BindOptions {
+            attrs: MountAttrs {
+                read_only: true,
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        mounter.bind(&source, &target, ro).unwrap();
+        let found = mounter.mounted_at(&target).unwrap().unwrap();
+        assert_eq!(
+            found.attrs,
+            ro.attrs.union(inherited),
+            "{name}: a bind keeps nosuid and nodev"
+        );
+        mounter
+            .unmount(&target, &mounter.source_identity(&source).unwrap())
+            .unwrap();
+    }
+}
