@@ -11,7 +11,6 @@ use std::net::SocketAddr;
 use std::os::unix::process::{CommandExt as _, ExitStatusExt as _};
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
@@ -210,27 +209,5 @@ pub fn serve(args: Vec<OsString>) -> anyhow::Result<()> {
     if cli.command.is_some() {
         anyhow::bail!("{SERVE_DRIVER} only serves; run tak-os-local-csi for its subcommands");
     }
-    let config = cli.config()?;
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?;
-    runtime.block_on(tak_os_local_csi::run(
-        config,
-        Arc::new(mounter::LinuxMounter::new()),
-        shutdown_signal(),
-    ))
-}
-
-async fn shutdown_signal() {
-    use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut term), Ok(mut int)) = (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-    ) else {
-        return std::future::pending().await;
-    };
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = int.recv() => {}
-    }
+    tak_os_local_csi::serve(cli.config()?)
 }

@@ -105,3 +105,31 @@ pub async fn run(
     tracing::info!("stopped");
     Ok(())
 }
+
+/// What the binary does: serves `config` with the real mounter on a multi-threaded runtime
+/// until SIGTERM or SIGINT.
+pub fn serve(config: Config) -> anyhow::Result<()> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(run(
+        config,
+        Arc::new(mounter::LinuxMounter::new()),
+        shutdown_signal(),
+    ))
+}
+
+/// Resolves on the first SIGTERM or SIGINT (never, if the handlers cannot be installed).
+pub async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+}

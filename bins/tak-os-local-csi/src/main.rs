@@ -1,7 +1,6 @@
 //! `tak-os-local-csi`: flags in, driver out.
 
 use std::process::ExitCode;
-use std::sync::Arc;
 
 use clap::Parser as _;
 use tak_os_local_csi::config::{Cli, Command, ConfigError};
@@ -63,27 +62,5 @@ fn execute(cli: Cli) -> anyhow::Result<()> {
         );
         return Ok(());
     }
-    let config = cli.config()?;
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?;
-    runtime.block_on(tak_os_local_csi::run(
-        config,
-        Arc::new(mounter::LinuxMounter::new()),
-        shutdown_signal(),
-    ))
-}
-
-async fn shutdown_signal() {
-    use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut term), Ok(mut int)) = (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-    ) else {
-        return std::future::pending().await;
-    };
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = int.recv() => {}
-    }
+    tak_os_local_csi::serve(cli.config()?)
 }
