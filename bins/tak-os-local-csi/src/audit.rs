@@ -46,8 +46,15 @@ pub fn audit(
                 "claims": claims,
                 "orphan_directories": ids(&found.orphan_directories),
                 "orphan_claims": ids(&found.orphan_claims),
-                "interrupted": found.left_in_place.iter().map(|l| format!("{l:?}")).collect::<Vec<_>>(),
-                "unreadable": found.unreadable.iter().map(|u| format!("{u:?}")).collect::<Vec<_>>(),
+                "interrupted": found.left_in_place.iter().map(|l| json!({
+                    "volume_id": l.volume_id.to_string(),
+                    "state": l.state.to_string(),
+                    "reason": l.reason,
+                })).collect::<Vec<_>>(),
+                "unreadable": found.unreadable.iter().map(|u| json!({
+                    "path": u.path,
+                    "reason": u.reason,
+                })).collect::<Vec<_>>(),
                 "foreign": ids(&found.foreign),
                 "unknown_entries": found.unknown_entries,
             });
@@ -99,10 +106,14 @@ pub fn audit(
                 let _ = writeln!(out, "orphan   {id}: consumer claim without a record");
             }
             for l in &found.left_in_place {
-                let _ = writeln!(out, "interrupted {l:?}");
+                let _ = writeln!(
+                    out,
+                    "interrupted {} ({}): {}",
+                    l.volume_id, l.state, l.reason
+                );
             }
             for u in &found.unreadable {
-                let _ = writeln!(out, "unreadable {u:?}");
+                let _ = writeln!(out, "unreadable {}: {}", u.path.display(), u.reason);
             }
             for id in &found.foreign {
                 let _ = writeln!(out, "foreign  {id}: belongs to another node");

@@ -1019,3 +1019,46 @@ fn probe_fails_when_the_store_moves_to_another_mount() {
         status.message()
     );
 }
+
+#[test]
+fn audit_reports_volumes_orphans_and_unreadable_records_beside_a_live_driver() {
+    let Some(h) = FakeHarness::start(Default::default()) else {
+        return;
+    };
+    let id = h.volume("pvc-audit");
+    let store = h.dir.path().join("store");
+    // An orphan data directory and a garbage record, as a crash or a careless hand leaves them.
+    let orphan = format!("{}.{}", &id[..35], "e".repeat(64));
+    fs::create_dir(store.join(&orphan)).unwrap();
+    let garbage = format!("{}.{}", &id[..35], "d".repeat(64));
+    fs::write(
+        store.join(".metadata").join(format!("{garbage}.json")),
+        b"{not json",
+    )
+    .unwrap();
+    let before = tree(&store);
+
+    let table =
+        tak_os_local_csi::audit::audit(&store, NODE, tak_os_local_csi::config::AuditFormat::Table)
+            .unwrap();
+    assert!(
+        table.contains(&id) && table.contains("pvc-audit"),
+        "{table}"
+    );
+    assert!(table.contains(&format!("orphan   {orphan}")), "{table}");
+    assert!(table.contains("unreadable"), "{table}");
+
+    let json =
+        tak_os_local_csi::audit::audit(&store, NODE, tak_os_local_csi::config::AuditFormat::Json)
+            .unwrap();
+    let doc: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(doc["volumes"][0]["volume_id"], id.as_str());
+    assert_eq!(doc["orphan_directories"][0], orphan.as_str());
+    assert!(
+        doc["unreadable"][0]["reason"]
+            .as_str()
+            .is_some_and(|r| !r.is_empty()),
+        "{json}"
+    );
+    assert_eq!(tree(&store), before, "an audit writes nothing");
+}
