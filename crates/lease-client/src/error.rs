@@ -1,8 +1,18 @@
 //! The crate's error type.
 
-use crate::protocol::{ProtocolError, Refusal, ReplyMismatch};
+use crate::policy::Failure;
+use crate::protocol::{ProtocolError, RequestId};
+
+pub use crate::protocol::Refusal;
 
 /// Everything that can go wrong in this crate.
+///
+/// The variants of a call fall in two groups: **definite** ones (the operation was not
+/// applied and never will be under that request ID: [`Refused`](Error::Refused),
+/// [`Unavailable`](Error::Unavailable), [`Unauthorized`](Error::Unauthorized),
+/// [`Busy`](Error::Busy), [`Rejected`](Error::Rejected)), and
+/// [`Uncertain`](Error::Uncertain), which only a re-send of the same prepared call can
+/// settle. [`Error::is_definite`] tells them apart.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
@@ -12,13 +22,132 @@ pub enum Error {
         /// The source's explanation.
         reason: String,
     },
-    /// A message did not decode or failed the envelope checks.
-    #[error("malformed message")]
-    Protocol(#[from] ProtocolError),
-    /// A reply does not answer the request it came back for.
-    #[error("reply does not match its request")]
-    ReplyMismatch(#[from] ReplyMismatch),
+    /// An endpoint is not `host:port`.
+    #[error("invalid worker endpoint {endpoint:?}: expected host:port")]
+    InvalidEndpoint {
+        /// The endpoint as given.
+        endpoint: String,
+    },
+    /// The endpoint list is empty.
+    #[error("no worker endpoints")]
+    NoEndpoints,
+    /// TLS material could not be used; `what` names which (never its contents).
+    #[error("invalid credentials: {what}")]
+    InvalidCredentials {
+        /// Which part is wrong: "CA bundle", "client certificate", "client key", "token".
+        what: &'static str,
+        /// The parser's or TLS library's explanation, when there is one.
+        #[source]
+        source: Option<Box<dyn std::error::Error + Send + Sync>>,
+    },
+    /// A request could not be built: it is over a limit or lacks a field.
+    #[error("invalid {op} request for volume {volume_id}")]
+    InvalidRequest {
+        /// The volume.
+        volume_id: String,
+        /// The operation.
+        op: &'static str,
+        /// What is wrong.
+        #[source]
+        source: ProtocolError,
+    },
     /// The worker refused definitely.
-    #[error("worker refused: {0}")]
-    Refused(Refusal),
+    #[error("{op} on volume {volume_id} refused: {refusal}")]
+    Refused {
+        /// The volume.
+        volume_id: String,
+        /// The operation.
+        op: &'static str,
+        /// The worker's reason.
+        refusal: Refusal,
+    },
+    /// The call's budget ended after an attempt that may have been delivered: the operation
+    /// may or may not take effect. Re-send the same prepared call (same request ID, same
+    /// bytes) to learn which; never send it as a new request.
+    #[error("{op} on volume {volume_id} is uncertain (request {request_id})")]
+    Uncertain {
+        /// The volume.
+        volume_id: String,
+        /// The operation.
+        op: &'static str,
+        /// The request ID to re-send with.
+        request_id: RequestId,
+    },
+    /// The budget ended and no attempt can have been applied.
+    #[error("{op} on volume {volume_id}: no worker answered ({})", last.name())]
+    Unavailable {
+        /// The volume.
+        volume_id: String,
+        /// The operation.
+        op: &'static str,
+        /// Why the last attempt failed.
+        last: Failure,
+    },
+    /// The worker refused the token or certificate, and no newer credentials came.
+    #[error("{op} on volume {volume_id}: credentials refused")]
+    Unauthorized {
+        /// The volume.
+        volume_id: String,
+        /// The operation.
+        op: &'static str,
+    },
+    /// The call's budget ended while it waited for one of the client's in-flight slots.
+    #[error("{op} on volume {volume_id}: too many calls in flight")]
+    Busy {
+        /// The volume.
+        volume_id: String,
+        /// The operation.
+        op: &'static str,
+    },
+    /// The worker answered with an HTTP status that refuses the request outright (a 4xx
+    /// other than 401 and 403, such as 413 for a body over its limit).
+    #[error("{op} on volume {volume_id}: worker answered HTTP {status}")]
+    Rejected {
+        /// The volume.
+        volume_id: String,
+        /// The operation.
+        op: &'static str,
+        /// The HTTP status.
+        status: u16,
+    },
+    /// A reply arrived that does not fit the call (the worker answered another operation
+    /// than the helper expected).
+    #[error("{op} on volume {volume_id}: unexpected {found} reply")]
+    UnexpectedReply {
+        /// The volume.
+        volume_id: String,
+        /// The operation.
+        op: &'static str,
+        /// The reply's kind.
+        found: &'static str,
+    },
+}
+
+impl Error {
+    /// True when the failed call's operation was certainly not applied and never will be.
+    /// False for [`Error::Uncertain`] and for errors that are not about a call.
+    pub fn is_definite(&self) -> bool {
+        match self {
+            Error::Refused { .. }
+            | Error::Unavailable { .. }
+            | Error::Unauthorized { .. }
+            | Error::Busy { .. }
+            | Error::Rejected { .. }
+            | Error::InvalidRequest { .. } => true,
+            Error::Uncertain { .. }
+            | Error::UnexpectedReply { .. }
+            | Error::Random { .. }
+            | Error::InvalidEndpoint { .. }
+            | Error::NoEndpoints
+            | Error::InvalidCredentials { .. } => false,
+        }
+    }
+
+    /// The worker's refusal, if this is one.
+    pub fn refusal(&self) -> Option<&Refusal> {
+        match self {
+            Error::Refused { refusal, .. } => Some(refusal),
+            _ => None,
+        }
+    }
 }

@@ -33,10 +33,27 @@
 //! ```
 #![deny(missing_docs)]
 
+mod client;
+mod config;
+mod endpoint;
 mod error;
+mod lease;
+pub mod metrics;
+pub mod policy;
 pub mod protocol;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
+mod transport;
 
-pub use error::Error;
+pub use client::{Client, ClientConfig, PreparedCall};
+pub use config::{Budgets, LeaseConfig};
+pub use endpoint::EndpointSet;
+pub use error::{Error, Refusal};
+pub use lease::{
+    LeaseGrant, LeaseStatus, LossReason, MountLease, ReleaseOutcome, RenewalSchedule, RenewalStep,
+    RenewalTask,
+};
+pub use transport::{Credentials, HttpsTransport, Transport, TransportError};
 
 /// The `takos.worker.v1` package, generated from `proto/worker.proto`.
 ///

@@ -1,0 +1,120 @@
+//! The fixed set of worker endpoints a volume was staged with.
+
+use std::fmt;
+use std::str::FromStr;
+
+use http::uri::Authority;
+
+use crate::Error;
+
+/// The worker endpoints of one volume, as `host:port`, in the order they were staged.
+///
+/// The set never changes after staging: a worker's hint can select one of its members but
+/// never add one.
+#[derive(Clone, PartialEq, Eq)]
+pub struct EndpointSet {
+    endpoints: Vec<Authority>,
+}
+
+impl EndpointSet {
+    /// Validates `host:port` endpoints (a host name, an IPv4 address or a bracketed IPv6
+    /// address, and a port). Duplicates are dropped; the set must not be empty.
+    pub fn new<I, S>(endpoints: I) -> Result<Self, Error>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        let mut parsed: Vec<Authority> = Vec::new();
+        for endpoint in endpoints {
+            let endpoint = endpoint.as_ref();
+            let authority = Authority::from_str(endpoint)
+                .ok()
+                .filter(|authority| {
+                    authority.port_u16().is_some()
+                        && !authority.host().is_empty()
+                        && !authority.as_str().contains('@')
+                })
+                .ok_or_else(|| Error::InvalidEndpoint {
+                    endpoint: endpoint.to_owned(),
+                })?;
+            if !parsed.contains(&authority) {
+                parsed.push(authority);
+            }
+        }
+        if parsed.is_empty() {
+            return Err(Error::NoEndpoints);
+        }
+        Ok(EndpointSet { endpoints: parsed })
+    }
+
+    /// How many endpoints there are (at least one).
+    pub fn len(&self) -> usize {
+        self.endpoints.len()
+    }
+
+    /// Always false: a set holds at least one endpoint.
+    pub fn is_empty(&self) -> bool {
+        self.endpoints.is_empty()
+    }
+
+    /// The endpoint at `index`, wrapping around.
+    pub fn get(&self, index: usize) -> &str {
+        self.endpoints[index % self.endpoints.len()].as_str()
+    }
+
+    /// The index of `endpoint` if it is a member, compared as `http` compares authorities
+    /// (host names case-insensitively).
+    pub fn position(&self, endpoint: &str) -> Option<usize> {
+        let authority = Authority::from_str(endpoint).ok()?;
+        self.endpoints
+            .iter()
+            .position(|member| *member == authority)
+    }
+
+    /// The endpoints in staging order.
+    pub fn iter(&self) -> impl Iterator<Item = &str> {
+        self.endpoints.iter().map(Authority::as_str)
+    }
+}
+
+impl fmt::Debug for EndpointSet {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list().entries(self.iter()).finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn endpoints_are_host_and_port() {
+        let set = EndpointSet::new([
+            "a.example:443",
+            "127.0.0.1:8443",
+            "[::1]:1",
+            "a.example:443",
+        ])
+        .unwrap();
+        assert_eq!(set.len(), 3);
+        assert_eq!(set.position("A.EXAMPLE:443"), Some(0));
+        assert_eq!(set.position("[::1]:1"), Some(2));
+        assert_eq!(set.position("a.example:444"), None);
+        assert_eq!(set.position("not an endpoint"), None);
+        assert_eq!(set.get(4), "127.0.0.1:8443");
+        for bad in [
+            "a.example",
+            "",
+            ":443",
+            "user@a.example:443",
+            "a b:1",
+            "https://a:1",
+        ] {
+            assert!(EndpointSet::new([bad]).is_err(), "{bad:?}");
+        }
+        assert!(matches!(
+            EndpointSet::new(Vec::<String>::new()),
+            Err(Error::NoEndpoints)
+        ));
+    }
+}
