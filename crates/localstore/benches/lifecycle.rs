@@ -38,6 +38,10 @@ fn report(what: &str, mut samples: Vec<Duration>) {
 
 fn main() {
     if !rustix::process::geteuid().is_root() {
+        assert!(
+            !test_support::in_ci(),
+            "the lifecycle benchmark needs root and cannot be skipped in CI"
+        );
         eprintln!("SKIPPED: the lifecycle benchmark needs root (store roots must be root-owned)");
         return;
     }

@@ -32,9 +32,10 @@ pub enum ErrorKind {
     /// permissions, not its own filesystem).
     UnsafeStore,
     /// A record is unreadable: not a regular file, not JSON, inconsistent, or from a newer
-    /// format.
+    /// format. CSI: `DATA_LOSS` (the driver's choice: the volume's record is damaged).
     Corrupt,
-    /// An operating-system call failed.
+    /// An operating-system call failed. CSI: `UNAVAILABLE` (the driver's choice: the caller may
+    /// retry).
     Io,
 }
 

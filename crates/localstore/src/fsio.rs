@@ -7,7 +7,9 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
-use rustix::fs::{AtFlags, Dir, FileType, Mode, OFlags, StatxFlags};
+use rustix::fs::{
+    AtFlags, Dir, FileType, Mode, OFlags, ResolveFlags, Statx, StatxAttributes, StatxFlags,
+};
 use rustix::io::Errno;
 
 use crate::crash::{CrashPoint, Hook};
@@ -135,14 +137,69 @@ pub(crate) enum Entry {
 }
 
 pub(crate) fn entry(dir: BorrowedFd<'_>, path: &Path, name: &str) -> Result<Entry, Error> {
-    match rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) {
-        Ok(st) if FileType::from_raw_mode(st.st_mode) == FileType::Directory => {
-            Ok(Entry::Directory)
-        }
+    match stat_child(dir, OsStr::new(name), StatxFlags::TYPE) {
+        Ok(stx) if file_type(&stx) == FileType::Directory => Ok(Entry::Directory),
         Ok(_) => Ok(Entry::Other),
         Err(Errno::NOENT) => Ok(Entry::Missing),
-        Err(e) => Err(Error::io("stat", path, e.into())),
+        Err(e) => Err(Error::io("statx", path, e.into())),
     }
+}
+
+/// `statx` of a name below `dir` that never asks a mounted filesystem anything (DESIGN.md 5):
+/// no symlink followed, no automount triggered, and `AT_STATX_DONT_SYNC`, so a FUSE mount root
+/// is answered from the kernel's cache instead of a request to a daemon that may be dead.
+fn stat_child(dir: BorrowedFd<'_>, name: &OsStr, mask: StatxFlags) -> rustix::io::Result<Statx> {
+    rustix::fs::statx(
+        dir,
+        name,
+        AtFlags::SYMLINK_NOFOLLOW | AtFlags::NO_AUTOMOUNT | AtFlags::STATX_DONT_SYNC,
+        mask,
+    )
+}
+
+fn file_type(stx: &Statx) -> FileType {
+    FileType::from_raw_mode(stx.stx_mode.into())
+}
+
+/// Whether the object `stx` describes lies on another mount than `mount`: it is a mount root
+/// (`STATX_ATTR_MOUNT_ROOT`, Linux 5.8+) or its mount ID differs. An error when the kernel
+/// reports neither.
+fn on_other_mount(stx: &Statx, mount: u64) -> io::Result<bool> {
+    let knows_root = stx
+        .stx_attributes_mask
+        .contains(StatxAttributes::MOUNT_ROOT);
+    let knows_id = stx.stx_mask & StatxFlags::MNT_ID.bits() != 0;
+    if !knows_root && !knows_id {
+        return Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "statx returned neither a mount id nor the mount-root attribute",
+        ));
+    }
+    Ok(
+        (knows_root && stx.stx_attributes.contains(StatxAttributes::MOUNT_ROOT))
+            || (knows_id && stx.stx_mnt_id != mount),
+    )
+}
+
+/// Opens a directory below `dir` with `openat2`, refusing to resolve through any symlink or
+/// mount point (`RESOLVE_NO_SYMLINKS | RESOLVE_NO_XDEV`). `beneath` adds `RESOLVE_BENEATH`,
+/// which a walk back up through `..` cannot use.
+fn open_dir_no_xdev(
+    dir: BorrowedFd<'_>,
+    name: &OsStr,
+    beneath: bool,
+) -> rustix::io::Result<OwnedFd> {
+    let mut resolve = ResolveFlags::NO_XDEV | ResolveFlags::NO_SYMLINKS;
+    if beneath {
+        resolve |= ResolveFlags::BENEATH;
+    }
+    rustix::fs::openat2(
+        dir,
+        name,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+        resolve,
+    )
 }
 
 /// The names in a directory, except `.` and `..`. Names that are not UTF-8 are returned lossily
@@ -184,9 +241,15 @@ pub(crate) fn mount_id(fd: BorrowedFd<'_>) -> io::Result<u64> {
 }
 
 /// Removes the directory `name` below `parent` and everything in it, without following a symlink
-/// and without entering another mount: every directory is opened with `O_NOFOLLOW` and its mount
-/// ID must equal `mount`. Symlinks are unlinked, never followed. A mount inside the tree stops
-/// the removal with an error, leaving the rest in place.
+/// and without entering another mount. A mount inside the tree stops the removal with an error,
+/// leaving the rest in place.
+///
+/// Each directory is judged before it is opened, from its parent's side: `statx` with
+/// `AT_STATX_DONT_SYNC` (which sends no request to a FUSE daemon) must show a directory that is
+/// not a mount root and whose mount ID is `mount`. Only then is it opened, with `openat2` and
+/// `RESOLVE_NO_XDEV`, so a mount that appears in between still cannot be crossed: opening a
+/// directory on a mounted filesystem (a FUSE `OPENDIR`) could block on a hung daemon and would
+/// act on data that is not the volume's. Symlinks are unlinked, never followed.
 ///
 /// The walk holds one directory descriptor at a time and returns to a parent through `..`,
 /// checking that the parent is still the same inode, so depth costs memory for names but not
@@ -206,30 +269,29 @@ pub(crate) fn remove_tree(
         path,
         problem,
     };
-    let open_checked = |dir: BorrowedFd<'_>, name: &OsStr, path: &Path| -> Result<OwnedFd, Error> {
-        let fd = match rustix::fs::openat(
-            dir,
-            name,
-            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-            Mode::empty(),
-        ) {
-            Ok(fd) => fd,
-            Err(Errno::LOOP | Errno::NOTDIR) => {
-                return Err(unexpected(path.to_owned(), "is not a directory"));
-            }
-            Err(e) => return Err(Error::io("open directory", path, e.into())),
-        };
-        let id = mount_id(fd.as_fd()).map_err(|e| Error::io("statx", path, e))?;
-        if id != mount {
-            return Err(unexpected(
-                path.to_owned(),
-                "is a mount point; refusing to cross it",
-            ));
+    let crosses =
+        |path: &Path| unexpected(path.to_owned(), "is a mount point; refusing to cross it");
+    // Decides about a child without entering it, then opens it without crossing a mount.
+    let enter = |dir: BorrowedFd<'_>, name: &OsStr, path: &Path| -> Result<OwnedFd, Error> {
+        let stx = stat_child(dir, name, StatxFlags::TYPE | StatxFlags::MNT_ID)
+            .map_err(|e| Error::io("statx", path, e.into()))?;
+        if file_type(&stx) != FileType::Directory {
+            return Err(unexpected(path.to_owned(), "is not a directory"));
         }
-        Ok(fd)
+        if on_other_mount(&stx, mount).map_err(|e| Error::io("statx", path, e))? {
+            return Err(crosses(path));
+        }
+        match open_dir_no_xdev(dir, name, true) {
+            Ok(fd) => Ok(fd),
+            Err(Errno::XDEV) => Err(crosses(path)),
+            Err(Errno::LOOP | Errno::NOTDIR) => {
+                Err(unexpected(path.to_owned(), "is not a directory"))
+            }
+            Err(e) => Err(Error::io("open directory", path, e.into())),
+        }
     };
 
-    let mut current = open_checked(parent, OsStr::new(name), &top_path)?;
+    let mut current = enter(parent, OsStr::new(name), &top_path)?;
     // Ancestors below the top: (device, inode) of the parent and the child's name in it.
     let mut stack: Vec<((u64, u64), Vec<u8>)> = Vec::new();
     let mut current_path = top_path.clone();
@@ -248,9 +310,10 @@ pub(crate) fn remove_tree(
             let is_dir = match entry.file_type() {
                 FileType::Directory => true,
                 FileType::Unknown => {
-                    let st = rustix::fs::statat(current.as_fd(), child, AtFlags::SYMLINK_NOFOLLOW)
-                        .map_err(|e| Error::io("stat", &child_path, e.into()))?;
-                    FileType::from_raw_mode(st.st_mode) == FileType::Directory
+                    let child_os = OsStr::from_bytes(child.to_bytes());
+                    let stx = stat_child(current.as_fd(), child_os, StatxFlags::TYPE)
+                        .map_err(|e| Error::io("statx", &child_path, e.into()))?;
+                    file_type(&stx) == FileType::Directory
                 }
                 _ => false,
             };
@@ -278,7 +341,7 @@ pub(crate) fn remove_tree(
         if let Some(child) = subdirs.pop() {
             let child_os = OsStr::from_bytes(&child);
             let child_path = current_path.join(child_os);
-            let next = open_checked(current.as_fd(), child_os, &child_path)?;
+            let next = enter(current.as_fd(), child_os, &child_path)?;
             let st = rustix::fs::fstat(&current)
                 .map_err(|e| Error::io("stat directory", &current_path, e.into()))?;
             stack.push(((st.st_dev, st.st_ino), child));
@@ -303,7 +366,13 @@ pub(crate) fn remove_tree(
         let parent_path = current_path
             .parent()
             .map_or_else(|| top_path.clone(), Path::to_path_buf);
-        let up = open_checked(current.as_fd(), OsStr::new(".."), &parent_path)?;
+        // `..` of a directory inside the volume's mount is in that mount too; `RESOLVE_NO_XDEV`
+        // refuses the walk if something was mounted over the parent meanwhile.
+        let up = match open_dir_no_xdev(current.as_fd(), OsStr::new(".."), false) {
+            Ok(fd) => fd,
+            Err(Errno::XDEV) => return Err(crosses(&parent_path)),
+            Err(e) => return Err(Error::io("open directory", &parent_path, e.into())),
+        };
         let st = rustix::fs::fstat(&up)
             .map_err(|e| Error::io("stat directory", &parent_path, e.into()))?;
         if (st.st_dev, st.st_ino) != parent_identity {
@@ -322,5 +391,58 @@ pub(crate) fn remove_tree(
         }
         current = up;
         current_path = parent_path;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The guard against a mount that appears between the `statx` check and the open: the open
+    /// itself refuses to cross it, and the check sees it without entering it.
+    #[test]
+    fn a_mount_point_is_seen_from_outside_and_never_opened() {
+        if !test_support::private_mount_namespace(
+            "fsio::tests::a_mount_point_is_seen_from_outside_and_never_opened",
+        ) {
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("plain")).unwrap();
+        let sub = dir.path().join("sub");
+        std::fs::create_dir(&sub).unwrap();
+        rustix::mount::mount(
+            "tmpfs",
+            &sub,
+            "tmpfs",
+            rustix::mount::MountFlags::empty(),
+            None,
+        )
+        .unwrap();
+        let fd = rustix::fs::open(
+            dir.path(),
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .unwrap();
+        let mount = mount_id(fd.as_fd()).unwrap();
+
+        let plain = stat_child(fd.as_fd(), OsStr::new("plain"), StatxFlags::MNT_ID).unwrap();
+        assert!(!on_other_mount(&plain, mount).unwrap());
+        let inner = stat_child(fd.as_fd(), OsStr::new("sub"), StatxFlags::MNT_ID).unwrap();
+        assert!(on_other_mount(&inner, mount).unwrap());
+
+        let plain_fd = open_dir_no_xdev(fd.as_fd(), OsStr::new("plain"), true).unwrap();
+        assert_eq!(
+            open_dir_no_xdev(fd.as_fd(), OsStr::new("sub"), true).unwrap_err(),
+            Errno::XDEV
+        );
+        // `..` stays on the mount; `RESOLVE_BENEATH` would refuse it, so the walk up omits it.
+        open_dir_no_xdev(plain_fd.as_fd(), OsStr::new(".."), false).unwrap();
+        assert_eq!(
+            open_dir_no_xdev(plain_fd.as_fd(), OsStr::new(".."), true).unwrap_err(),
+            Errno::XDEV
+        );
+        rustix::mount::unmount(&sub, rustix::mount::UnmountFlags::empty()).unwrap();
     }
 }

@@ -81,7 +81,8 @@ pub struct Unreadable {
     pub reason: String,
 }
 
-fn describe(error: &Error) -> String {
+/// An error's message followed by those of its sources, for a report.
+pub(crate) fn describe(error: &Error) -> String {
     let mut out = error.to_string();
     let mut source = std::error::Error::source(error);
     while let Some(e) = source {

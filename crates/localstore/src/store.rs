@@ -11,7 +11,7 @@ use rustix::io::Errno;
 use crate::crash::{CrashPoint, Hook};
 use crate::fsio::{self, Entry, WritePoints};
 use crate::layout::{self, METADATA_DIR};
-use crate::reconcile::Reconciliation;
+use crate::reconcile::{Reconciliation, Unreadable, describe};
 use crate::record::{self, ConsumerClaim, CreateRequest, FORMAT_VERSION, VolumeRecord};
 use crate::{CapacityRange, Error, NameHash, NodeHash, VolumeId, VolumeState};
 
@@ -296,19 +296,37 @@ impl Store {
         })
     }
 
-    /// Every record of this node's volumes, in volume ID order. Fails on the first unreadable
-    /// record (which [`Store::reconciliation`] also lists).
+    /// Every readable record of this node's volumes, in volume ID order.
+    ///
+    /// A record that cannot be read (corrupt, from a newer format, or failing with an I/O error)
+    /// is skipped, so one bad file does not hide every other volume from an audit, a volume
+    /// listing or a metrics gauge. The records skipped at open are in
+    /// [`Store::reconciliation`]'s `unreadable`; [`Store::list_with_problems`] reports the ones
+    /// skipped by this scan. Fails only when `.metadata` itself cannot be read.
     pub fn list(&self) -> Result<Vec<VolumeRecord>, Error> {
-        let mut out = Vec::new();
+        self.list_with_problems().map(|(records, _)| records)
+    }
+
+    /// Like [`Store::list`], and also returns, from this same scan, every record that was
+    /// skipped because it could not be read, with the reason.
+    pub fn list_with_problems(&self) -> Result<(Vec<VolumeRecord>, Vec<Unreadable>), Error> {
+        let mut records = Vec::new();
+        let mut problems = Vec::new();
         for id in self.metadata_ids(".json")? {
             if id.node_hash() != self.node_hash {
                 continue;
             }
-            if let Some(record) = self.read_record(&id)? {
-                out.push(record);
+            match self.read_record(&id) {
+                Ok(Some(record)) => records.push(record),
+                // Removed between listing and reading.
+                Ok(None) => {}
+                Err(e) => problems.push(Unreadable {
+                    path: self.record_path(&id),
+                    reason: describe(&e),
+                }),
             }
         }
-        Ok(out)
+        Ok((records, problems))
     }
 
     /// The volume IDs named by files in `.metadata` that end in `suffix` (exactly

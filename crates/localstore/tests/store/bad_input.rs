@@ -157,13 +157,20 @@ fn corrupt_record_is_reported_and_untouched(bad: impl FnOnce(&Path)) {
             .claim(&id, Path::new("/consumer/1/r/mount"))
             .unwrap_err(),
         store.publish_path(&id).unwrap_err(),
-        store.list().unwrap_err(),
     ] {
         assert_eq!(err.kind(), ErrorKind::Corrupt, "{err}");
         assert!(err.to_string().contains(&id.to_string()), "{err}");
     }
-    // Other volumes still work.
-    store.get(&store.volume_id("pvc-2").unwrap()).unwrap();
+    // Other volumes still work, and listing skips only the unreadable record.
+    let pvc2 = store.volume_id("pvc-2").unwrap();
+    store.get(&pvc2).unwrap();
+    let listed: Vec<_> = store.list().unwrap().iter().map(|r| r.volume_id).collect();
+    assert_eq!(listed, vec![pvc2]);
+    let (records, problems) = store.list_with_problems().unwrap();
+    assert_eq!(records, store.list().unwrap());
+    assert_eq!(problems.len(), 1, "{problems:#?}");
+    assert_eq!(problems[0].path, root.record(&id));
+    assert_eq!(problems[0], report.unreadable[0]);
     drop(store);
     assert_eq!(snapshot(root.path()), before);
 }

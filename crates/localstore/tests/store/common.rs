@@ -43,12 +43,25 @@ pub(crate) fn is_root() -> bool {
     rustix::process::geteuid().is_root()
 }
 
-/// Returns early from a test that needs root, loudly.
+/// Whether a test that needs root may go on. Without root it prints `SKIPPED` and returns
+/// `false` on a developer machine, and panics when `CI=true`: in CI a skipped test is a failure.
+pub(crate) fn root_or_skip(test: &str) -> bool {
+    if is_root() {
+        return true;
+    }
+    assert!(
+        !test_support::in_ci(),
+        "test {test} needs root (store roots must be root-owned) and cannot be skipped in CI"
+    );
+    eprintln!("SKIPPED (needs root: store roots must be root-owned): {test}");
+    false
+}
+
+/// Returns early from a test that needs root, loudly; fails the test instead when `CI=true`.
 #[macro_export]
 macro_rules! require_root {
     () => {
-        if !$crate::common::is_root() {
-            eprintln!("SKIPPED (needs root: store roots must be root-owned)");
+        if !$crate::common::root_or_skip(concat!(module_path!(), " line ", line!())) {
             return;
         }
     };

@@ -303,16 +303,61 @@ fn second_opener_fails_at_once_in_the_same_process() {
 }
 
 const OPEN_CHILD_ENV: &str = "LOCALSTORE_OPEN_CHILD";
+const OPEN_CHILD_MARKER_ENV: &str = "LOCALSTORE_OPEN_CHILD_MARKER";
+
+/// Exit codes of [`open_child_entry`], one per outcome. None is 0 or 101 (what the test harness
+/// returns when the filter matched nothing, or when a test panicked), so neither can be
+/// mistaken for an outcome.
+const CHILD_OPENED: i32 = 40;
+const CHILD_STORE_IN_USE: i32 = 41;
+const CHILD_OTHER_ERROR: i32 = 42;
 
 /// Not a test of its own: the child process of [`second_opener_fails_at_once_in_another_process`].
-/// Without the environment variable it does nothing.
+/// Without the environment variables it does nothing. With them it writes the marker file (proof
+/// that this function ran), tries to open the store and exits with the code of the outcome.
 #[test]
+#[allow(
+    clippy::exit,
+    reason = "the exit code is how the child reports its outcome"
+)]
 fn open_child_entry() {
-    let Some(root) = std::env::var_os(OPEN_CHILD_ENV) else {
+    let (Some(root), Some(marker)) = (
+        std::env::var_os(OPEN_CHILD_ENV),
+        std::env::var_os(OPEN_CHILD_MARKER_ENV),
+    ) else {
         return;
     };
-    let err = Store::open(Path::new(&root), StoreOptions::new(NODE)).unwrap_err();
-    assert_eq!(err.kind(), ErrorKind::StoreInUse, "{err}");
+    fs::write(&marker, b"ran").unwrap();
+    let code = match Store::open(Path::new(&root), StoreOptions::new(NODE)) {
+        Ok(_) => CHILD_OPENED,
+        Err(e) if e.kind() == ErrorKind::StoreInUse => CHILD_STORE_IN_USE,
+        Err(e) => {
+            eprintln!("unexpected error: {e}");
+            CHILD_OTHER_ERROR
+        }
+    };
+    std::process::exit(code);
+}
+
+/// Runs [`open_child_entry`] in a new process of this test binary against `root`; returns its
+/// exit code after checking that it really ran.
+fn open_in_child(root: &Root) -> i32 {
+    let scratch = tempfile::tempdir().unwrap();
+    let marker = scratch.path().join("child-ran");
+    let status = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "lifecycle::open_child_entry", "--test-threads=1"])
+        .env(OPEN_CHILD_ENV, root.path())
+        .env(OPEN_CHILD_MARKER_ENV, &marker)
+        .stdout(std::process::Stdio::null())
+        .status()
+        .unwrap();
+    assert!(
+        marker.exists(),
+        "the child never ran open_child_entry (did the --exact filter match nothing?): {status}"
+    );
+    status
+        .code()
+        .unwrap_or_else(|| panic!("the child was killed: {status}"))
 }
 
 #[test]
@@ -321,15 +366,10 @@ fn second_opener_fails_at_once_in_another_process() {
     let root = Root::new();
     let store = root.open();
     let start = std::time::Instant::now();
-    let status = std::process::Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "lifecycle::open_child_entry", "--test-threads=1"])
-        .env(OPEN_CHILD_ENV, root.path())
-        .stdout(std::process::Stdio::null())
-        .status()
-        .unwrap();
-    assert!(
-        status.success(),
-        "the child did not see StoreInUse: {status}"
+    assert_eq!(
+        open_in_child(&root),
+        CHILD_STORE_IN_USE,
+        "the child should have seen StoreInUse"
     );
     assert!(
         start.elapsed() < std::time::Duration::from_secs(10),
@@ -337,14 +377,11 @@ fn second_opener_fails_at_once_in_another_process() {
     );
     // Once the first opener is gone, another process may open the store.
     drop(store);
-    let status = std::process::Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "lifecycle::open_child_entry", "--test-threads=1"])
-        .env(OPEN_CHILD_ENV, root.path())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .status()
-        .unwrap();
-    assert!(!status.success(), "the child should have opened the store");
+    assert_eq!(
+        open_in_child(&root),
+        CHILD_OPENED,
+        "the child should have opened the store"
+    );
 }
 
 #[test]

@@ -1,7 +1,8 @@
 //! Integration tests for `localstore`: one binary, one module per concern.
 //!
 //! Store roots must be root-owned, so most tests need root; without it they print `SKIPPED` and
-//! return. Privileged tests (real mounts) also need a private mount namespace.
+//! return, except when `CI=true`, where they fail. Privileged tests (real mounts) also need a
+//! private mount namespace (`test_support::private_mount_namespace`, with the same CI rule).
 
 #![allow(
     clippy::unwrap_used,
