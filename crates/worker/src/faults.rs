@@ -1,0 +1,144 @@
+//! Fault injection for tests: what a real worker group does to a client on a bad day.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// How many arrivals [`Faults::arrivals`] remembers.
+const ARRIVALS: usize = 4096;
+
+/// One call as it reached the worker, before anything was decided about it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Arrival {
+    /// The request ID (zeros when the body did not decode).
+    pub request_id: [u8; 16],
+    /// SHA-256 of the request body.
+    pub digest: [u8; 32],
+}
+
+/// A shared switchboard of injected faults, cloned into the server and the test.
+#[derive(Clone, Debug, Default)]
+pub struct Faults {
+    inner: Arc<FaultState>,
+}
+
+#[derive(Debug, Default)]
+struct FaultState {
+    drop_replies: AtomicU32,
+    delay_ms: AtomicU64,
+    hang: AtomicBool,
+    minority: AtomicBool,
+    arrivals: Mutex<VecDeque<Arrival>>,
+}
+
+/// The fault settings as the admin call carries them (`POST /takos.worker.v1/admin/faults`);
+/// absent fields are left as they are.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FaultSettings {
+    /// Apply the next this many calls but drop their replies (the connection is reset).
+    pub drop_replies: Option<u32>,
+    /// Hold every reply this long after applying.
+    pub delay_ms: Option<u64>,
+    /// Accept calls and never answer them.
+    pub hang: Option<bool>,
+    /// Refuse every call with NO_QUORUM before proposing, as a minority partition would.
+    pub minority: Option<bool>,
+    /// Reload every volume from disk, as a restarted worker would (handles and the reply
+    /// cache are lost; leases, inode numbers and generations are not).
+    #[serde(default)]
+    pub restart: bool,
+}
+
+impl Faults {
+    /// Apply the next `count` calls but drop their replies.
+    pub fn drop_next_replies(&self, count: u32) {
+        self.inner.drop_replies.store(count, Ordering::SeqCst);
+    }
+
+    /// Hold every reply for `delay` after applying it (zero: no delay).
+    pub fn set_delay(&self, delay: Duration) {
+        let ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX);
+        self.inner.delay_ms.store(ms, Ordering::SeqCst);
+    }
+
+    /// Accept calls and never answer them.
+    pub fn set_hang(&self, hang: bool) {
+        self.inner.hang.store(hang, Ordering::SeqCst);
+    }
+
+    /// Refuse every call as a minority (NO_QUORUM) before proposing it.
+    pub fn set_minority(&self, minority: bool) {
+        self.inner.minority.store(minority, Ordering::SeqCst);
+    }
+
+    /// Applies the settings of an admin call (all but `restart`, which the server handles).
+    pub fn apply(&self, settings: &FaultSettings) {
+        if let Some(count) = settings.drop_replies {
+            self.drop_next_replies(count);
+        }
+        if let Some(ms) = settings.delay_ms {
+            self.set_delay(Duration::from_millis(ms));
+        }
+        if let Some(hang) = settings.hang {
+            self.set_hang(hang);
+        }
+        if let Some(minority) = settings.minority {
+            self.set_minority(minority);
+        }
+    }
+
+    /// Clears every fault.
+    pub fn clear(&self) {
+        self.drop_next_replies(0);
+        self.set_delay(Duration::ZERO);
+        self.set_hang(false);
+        self.set_minority(false);
+    }
+
+    /// The calls that reached this endpoint, oldest first (the last few thousand).
+    pub fn arrivals(&self) -> Vec<Arrival> {
+        self.inner
+            .arrivals
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .iter()
+            .copied()
+            .collect()
+    }
+
+    pub(crate) fn record(&self, arrival: Arrival) {
+        let mut arrivals = self
+            .inner
+            .arrivals
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if arrivals.len() == ARRIVALS {
+            arrivals.pop_front();
+        }
+        arrivals.push_back(arrival);
+    }
+
+    pub(crate) fn minority(&self) -> bool {
+        self.inner.minority.load(Ordering::SeqCst)
+    }
+
+    pub(crate) fn hang(&self) -> bool {
+        self.inner.hang.load(Ordering::SeqCst)
+    }
+
+    pub(crate) fn delay(&self) -> Duration {
+        Duration::from_millis(self.inner.delay_ms.load(Ordering::SeqCst))
+    }
+
+    /// Whether to drop this reply (consumes one from the count).
+    pub(crate) fn take_drop(&self) -> bool {
+        self.inner
+            .drop_replies
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok()
+    }
+}

@@ -1,0 +1,561 @@
+//! The file operations, acting on the volume's backing directory.
+//!
+//! Every operation starts from a file the worker named (opened by handle, see
+//! [`crate::inode`]) and acts relative to that descriptor with one validated name: no path is
+//! walked, no symbolic link is followed (`O_NOFOLLOW` everywhere, and link targets are stored
+//! verbatim and never resolved by the worker), and `.`/`..` are refused, so nothing outside
+//! the volume is reachable.
+
+use std::ffi::OsStr;
+use std::fs::File;
+use std::io;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt as _;
+use std::os::unix::fs::FileExt as _;
+
+use bytes::Bytes;
+use lease_client::protocol::MAX_DATA_BYTES;
+use lease_client::v1;
+use lease_client::v1::reply::Result as Done;
+use rustix::fs::{AtFlags, Mode, OFlags, Stat};
+
+use crate::inode::{Ident, InodeTable};
+use crate::volume::Volume;
+
+/// Why an operation produced no result.
+#[derive(Debug)]
+pub(crate) enum OpError {
+    /// The filesystem refused: a Linux errno.
+    Errno(i32),
+    /// The request is malformed in a way only the operation can tell.
+    Invalid(&'static str),
+    /// The journal could not be written: the volume's durable state is unknown.
+    Journal(io::Error),
+}
+
+impl From<io::Error> for OpError {
+    fn from(error: io::Error) -> Self {
+        Self::Errno(error.raw_os_error().unwrap_or(libc::EIO))
+    }
+}
+
+impl From<rustix::io::Errno> for OpError {
+    fn from(errno: rustix::io::Errno) -> Self {
+        Self::Errno(errno.raw_os_error())
+    }
+}
+
+type OpResult = Result<Done, OpError>;
+
+/// The longest name a directory entry may have.
+const NAME_MAX: usize = 255;
+/// The longest symbolic link target.
+const TARGET_MAX: usize = 4095;
+/// The most entries one readdir reply carries.
+const READDIR_MAX: usize = 1024;
+/// The `open(2)` flags a client may pass through; creation and path flags are the worker's.
+const OPEN_FLAGS: u32 = (libc::O_ACCMODE
+    | libc::O_APPEND
+    | libc::O_TRUNC
+    | libc::O_SYNC
+    | libc::O_DSYNC
+    | libc::O_NOATIME
+    | libc::O_DIRECTORY) as u32;
+
+fn ident(file: Option<&v1::FileId>) -> Result<Ident, OpError> {
+    let file = file.ok_or(OpError::Invalid("a file ID is missing"))?;
+    Ok(Ident {
+        ino: file.ino,
+        generation: file.inode_generation,
+    })
+}
+
+fn file_id(id: Ident) -> v1::FileId {
+    v1::FileId {
+        ino: id.ino,
+        inode_generation: id.generation,
+    }
+}
+
+/// Checks a name for one directory entry and returns it as a path component.
+fn name(bytes: &[u8]) -> Result<&OsStr, OpError> {
+    if bytes.is_empty() || bytes == b"." || bytes == b".." {
+        return Err(OpError::Errno(libc::EINVAL));
+    }
+    if bytes.len() > NAME_MAX {
+        return Err(OpError::Errno(libc::ENAMETOOLONG));
+    }
+    if bytes.iter().any(|&b| b == b'/' || b == 0) {
+        return Err(OpError::Errno(libc::EINVAL));
+    }
+    Ok(OsStr::from_bytes(bytes))
+}
+
+fn timestamp(sec: i64, nsec: u64) -> v1::Timestamp {
+    v1::Timestamp {
+        sec,
+        nsec: u32::try_from(nsec).unwrap_or(0),
+    }
+}
+
+pub(crate) fn attr(stat: &Stat) -> v1::Attr {
+    v1::Attr {
+        mode: stat.st_mode,
+        nlink: u32::try_from(stat.st_nlink).unwrap_or(u32::MAX),
+        uid: stat.st_uid,
+        gid: stat.st_gid,
+        size: u64::try_from(stat.st_size).unwrap_or(0),
+        blocks: u64::try_from(stat.st_blocks).unwrap_or(0),
+        atime: Some(timestamp(stat.st_atime, stat.st_atime_nsec)),
+        mtime: Some(timestamp(stat.st_mtime, stat.st_mtime_nsec)),
+        ctime: Some(timestamp(stat.st_ctime, stat.st_ctime_nsec)),
+        rdev: stat.st_rdev,
+        blksize: u32::try_from(stat.st_blksize).unwrap_or(4096),
+    }
+}
+
+fn proc_path(fd: BorrowedFd<'_>) -> String {
+    use std::os::fd::AsRawFd as _;
+    format!("/proc/self/fd/{}", fd.as_raw_fd())
+}
+
+fn is_dir(stat: &Stat) -> bool {
+    stat.st_mode & libc::S_IFMT == libc::S_IFDIR
+}
+
+fn is_symlink(stat: &Stat) -> bool {
+    stat.st_mode & libc::S_IFMT == libc::S_IFLNK
+}
+
+fn set_time(time: Option<&v1::SetTime>) -> rustix::fs::Timespec {
+    match time.and_then(|t| t.time.as_ref()) {
+        None => rustix::fs::Timespec {
+            tv_sec: 0,
+            tv_nsec: rustix::fs::UTIME_OMIT,
+        },
+        Some(v1::set_time::Time::Now(_)) => rustix::fs::Timespec {
+            tv_sec: 0,
+            tv_nsec: rustix::fs::UTIME_NOW,
+        },
+        Some(v1::set_time::Time::At(at)) => rustix::fs::Timespec {
+            tv_sec: at.sec,
+            tv_nsec: i64::from(at.nsec.min(999_999_999)),
+        },
+    }
+}
+
+impl Volume {
+    fn path_fd(&self, id: Ident) -> Result<OwnedFd, OpError> {
+        Ok(self.inodes.open(id, OFlags::PATH)?)
+    }
+
+    fn dir_fd(&self, file: Option<&v1::FileId>) -> Result<OwnedFd, OpError> {
+        Ok(self
+            .inodes
+            .open(ident(file)?, OFlags::PATH | OFlags::DIRECTORY)?)
+    }
+
+    /// Names and describes the file `fd` refers to.
+    fn entry(&mut self, fd: BorrowedFd<'_>) -> Result<v1::Entry, OpError> {
+        let stat = rustix::fs::fstat(fd)?;
+        let id = identify(&mut self.inodes, &mut self.meta, fd, &stat)?;
+        Ok(v1::Entry {
+            file: Some(file_id(id)),
+            attr: Some(attr(&stat)),
+        })
+    }
+
+    fn entry_at(&mut self, dir: &OwnedFd, name: &OsStr) -> Result<v1::Entry, OpError> {
+        let fd = rustix::fs::openat(
+            dir,
+            name,
+            OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        )?;
+        self.entry(fd.as_fd())
+    }
+
+    fn chown_new(dir: &OwnedFd, name: &OsStr, caller: Option<&v1::Caller>) -> Result<(), OpError> {
+        if let Some(caller) = caller {
+            rustix::fs::chownat(
+                dir,
+                name,
+                Some(rustix::fs::Uid::from_raw(caller.uid)),
+                Some(rustix::fs::Gid::from_raw(caller.gid)),
+                AtFlags::SYMLINK_NOFOLLOW,
+            )?;
+        }
+        Ok(())
+    }
+
+    /// Forgets the inode behind `fd` when its last link is gone.
+    fn forget_if_unlinked(&mut self, fd: &OwnedFd) {
+        if let Ok(stat) = rustix::fs::fstat(fd)
+            && stat.st_nlink == 0
+        {
+            let ino = self.inodes.worker_ino(stat.st_ino);
+            self.inodes.forget(ino, &mut self.meta);
+        }
+    }
+
+    fn handle_file(&self, file: Option<&v1::FileId>, handle: u64) -> Result<&File, OpError> {
+        let id = ident(file)?;
+        self.handles
+            .get(handle, id)
+            .map(|h| &h.file)
+            .ok_or(OpError::Errno(libc::EBADF))
+    }
+
+    /// Runs one file operation (never a lease command) at lease time `at_ms`.
+    pub(crate) fn file_op(&mut self, op: &v1::request::Op, at_ms: u64) -> OpResult {
+        use v1::request::Op;
+        match op {
+            Op::Lookup(r) => {
+                let dir = self.dir_fd(r.parent.as_ref())?;
+                Ok(Done::Lookup(self.entry_at(&dir, name(&r.name)?)?))
+            }
+            Op::Getattr(r) => {
+                let fd = self.path_fd(ident(r.file.as_ref())?)?;
+                Ok(Done::Getattr(self.entry(fd.as_fd())?))
+            }
+            Op::Setattr(r) => self.setattr(r),
+            Op::Mknod(r) => {
+                let dir = self.dir_fd(r.parent.as_ref())?;
+                let name = name(&r.name)?;
+                let kind = rustix::fs::FileType::from_raw_mode(r.mode);
+                let perm = Mode::from_raw_mode(r.mode & !r.umask & 0o7777);
+                rustix::fs::mknodat(&dir, name, kind, perm, r.rdev)?;
+                Self::chown_new(&dir, name, r.caller.as_ref())?;
+                Ok(Done::Mknod(self.entry_at(&dir, name)?))
+            }
+            Op::Create(r) => self.create(r, at_ms),
+            Op::Mkdir(r) => {
+                let dir = self.dir_fd(r.parent.as_ref())?;
+                let name = name(&r.name)?;
+                rustix::fs::mkdirat(&dir, name, Mode::from_raw_mode(r.mode & !r.umask & 0o7777))?;
+                Self::chown_new(&dir, name, r.caller.as_ref())?;
+                Ok(Done::Mkdir(self.entry_at(&dir, name)?))
+            }
+            Op::Unlink(r) => {
+                let dir = self.dir_fd(r.parent.as_ref())?;
+                let name = name(&r.name)?;
+                let victim = rustix::fs::openat(
+                    &dir,
+                    name,
+                    OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                    Mode::empty(),
+                )?;
+                rustix::fs::unlinkat(&dir, name, AtFlags::empty())?;
+                self.forget_if_unlinked(&victim);
+                Ok(Done::Unlink(v1::Empty {}))
+            }
+            Op::Rmdir(r) => {
+                let dir = self.dir_fd(r.parent.as_ref())?;
+                let name = name(&r.name)?;
+                let victim = rustix::fs::openat(
+                    &dir,
+                    name,
+                    OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                    Mode::empty(),
+                )?;
+                rustix::fs::unlinkat(&dir, name, AtFlags::REMOVEDIR)?;
+                self.forget_if_unlinked(&victim);
+                Ok(Done::Rmdir(v1::Empty {}))
+            }
+            Op::Rename(r) => {
+                let flags = rustix::fs::RenameFlags::from_bits(r.flags)
+                    .filter(|f| {
+                        (rustix::fs::RenameFlags::NOREPLACE | rustix::fs::RenameFlags::EXCHANGE)
+                            .contains(*f)
+                    })
+                    .ok_or(OpError::Errno(libc::EINVAL))?;
+                let from = self.dir_fd(r.parent.as_ref())?;
+                let to = self.dir_fd(r.new_parent.as_ref())?;
+                let old_name = name(&r.name)?;
+                let new_name = name(&r.new_name)?;
+                let replaced = rustix::fs::openat(
+                    &to,
+                    new_name,
+                    OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                    Mode::empty(),
+                )
+                .ok();
+                rustix::fs::renameat_with(&from, old_name, &to, new_name, flags)?;
+                if let Some(replaced) = replaced {
+                    self.forget_if_unlinked(&replaced);
+                }
+                Ok(Done::Rename(v1::Empty {}))
+            }
+            Op::Link(r) => {
+                let fd = self.path_fd(ident(r.file.as_ref())?)?;
+                let dir = self.dir_fd(r.new_parent.as_ref())?;
+                let new_name = name(&r.new_name)?;
+                rustix::fs::linkat(&fd, c"", &dir, new_name, AtFlags::EMPTY_PATH)?;
+                Ok(Done::Link(self.entry(fd.as_fd())?))
+            }
+            Op::Symlink(r) => {
+                let dir = self.dir_fd(r.parent.as_ref())?;
+                let name = name(&r.name)?;
+                if r.target.is_empty() || r.target.contains(&0) {
+                    return Err(OpError::Errno(libc::EINVAL));
+                }
+                if r.target.len() > TARGET_MAX {
+                    return Err(OpError::Errno(libc::ENAMETOOLONG));
+                }
+                rustix::fs::symlinkat(OsStr::from_bytes(&r.target), &dir, name)?;
+                Self::chown_new(&dir, name, r.caller.as_ref())?;
+                Ok(Done::Symlink(self.entry_at(&dir, name)?))
+            }
+            Op::Readlink(r) => {
+                let fd = self.path_fd(ident(r.file.as_ref())?)?;
+                let target = rustix::fs::readlinkat(&fd, c"", Vec::new())?;
+                Ok(Done::Readlink(v1::ReadlinkReply {
+                    target: target.into_bytes(),
+                }))
+            }
+            Op::Readdir(r) => self.readdir(r),
+            Op::Open(r) => {
+                let id = ident(r.file.as_ref())?;
+                let flags = OFlags::from_bits_retain(r.flags & OPEN_FLAGS);
+                let fd = self.inodes.open(id, flags)?;
+                let expires = at_ms.saturating_add(self.handle_lease_ms());
+                let handle = self.handles.insert(File::from(fd), id, r.flags, expires);
+                Ok(Done::Open(v1::OpenReply {
+                    handle,
+                    handle_lease_ms: self.handle_lease_ms(),
+                }))
+            }
+            Op::Read(r) => {
+                let size = usize::try_from(r.size).unwrap_or(usize::MAX);
+                if size > MAX_DATA_BYTES {
+                    return Err(OpError::Invalid("a read is over the data limit"));
+                }
+                let file = self.handle_file(r.file.as_ref(), r.handle)?;
+                let mut data = vec![0; size];
+                let mut done = 0;
+                while done < size {
+                    let n = file.read_at(&mut data[done..], r.offset.saturating_add(done as u64))?;
+                    if n == 0 {
+                        break;
+                    }
+                    done += n;
+                }
+                data.truncate(done);
+                Ok(Done::Read(v1::ReadReply {
+                    data: Bytes::from(data),
+                }))
+            }
+            Op::Write(r) => {
+                if r.data.len() > MAX_DATA_BYTES {
+                    return Err(OpError::Invalid("a write is over the data limit"));
+                }
+                let file = self.handle_file(r.file.as_ref(), r.handle)?;
+                file.write_all_at(&r.data, r.offset)?;
+                Ok(Done::Write(v1::WriteReply {
+                    written: u32::try_from(r.data.len()).unwrap_or(u32::MAX),
+                }))
+            }
+            Op::Flush(r) => {
+                self.handle_file(r.file.as_ref(), r.handle)?;
+                Ok(Done::Flush(v1::Empty {}))
+            }
+            Op::Fsync(r) => {
+                let file = self.handle_file(r.file.as_ref(), r.handle)?;
+                if r.datasync {
+                    file.sync_data()?;
+                } else {
+                    file.sync_all()?;
+                }
+                Ok(Done::Fsync(v1::Empty {}))
+            }
+            Op::Release(r) => {
+                self.handles.remove(r.handle);
+                Ok(Done::Release(v1::Empty {}))
+            }
+            Op::RenewHandles(r) => {
+                let expires = at_ms.saturating_add(self.handle_lease_ms());
+                let expired = r
+                    .handles
+                    .iter()
+                    .copied()
+                    .filter(|&h| !self.handles.renew(h, expires))
+                    .collect();
+                Ok(Done::RenewHandles(v1::RenewHandlesReply {
+                    handle_lease_ms: self.handle_lease_ms(),
+                    expired,
+                }))
+            }
+            Op::Statfs(_) => {
+                let st = rustix::fs::fstatvfs(self.inodes.root())?;
+                Ok(Done::Statfs(v1::StatfsReply {
+                    blocks: st.f_blocks,
+                    blocks_free: st.f_bfree,
+                    blocks_available: st.f_bavail,
+                    files: st.f_files,
+                    files_free: st.f_ffree,
+                    block_size: u32::try_from(st.f_bsize).unwrap_or(4096),
+                    name_max: u32::try_from(st.f_namemax).unwrap_or(255),
+                    fragment_size: u32::try_from(st.f_frsize).unwrap_or(4096),
+                }))
+            }
+            Op::ClaimMount(_) | Op::RenewMount(_) | Op::ReleaseMount(_) => {
+                Err(OpError::Invalid("a lease command is not a file operation"))
+            }
+        }
+    }
+
+    fn setattr(&mut self, r: &v1::SetattrRequest) -> OpResult {
+        let id = ident(r.file.as_ref())?;
+        let fd = self.path_fd(id)?;
+        let stat = rustix::fs::fstat(&fd)?;
+        if let Some(mode) = r.mode
+            && !is_symlink(&stat)
+        {
+            rustix::fs::chmodat(
+                rustix::fs::CWD,
+                proc_path(fd.as_fd()),
+                Mode::from_raw_mode(mode & 0o7777),
+                AtFlags::empty(),
+            )?;
+        }
+        if r.uid.is_some() || r.gid.is_some() {
+            rustix::fs::chownat(
+                &fd,
+                c"",
+                r.uid.map(rustix::fs::Uid::from_raw),
+                r.gid.map(rustix::fs::Gid::from_raw),
+                AtFlags::EMPTY_PATH,
+            )?;
+        }
+        if let Some(size) = r.size {
+            if is_dir(&stat) {
+                return Err(OpError::Errno(libc::EISDIR));
+            }
+            match r.handle.and_then(|h| self.handles.get(h, id)) {
+                Some(open) if open.flags & libc::O_ACCMODE as u32 != libc::O_RDONLY as u32 => {
+                    open.file.set_len(size)?;
+                }
+                _ => {
+                    let writable = self.inodes.open(id, OFlags::WRONLY)?;
+                    rustix::fs::ftruncate(&writable, size)?;
+                }
+            }
+        }
+        if r.atime.is_some() || r.mtime.is_some() {
+            let times = rustix::fs::Timestamps {
+                last_access: set_time(r.atime.as_ref()),
+                last_modification: set_time(r.mtime.as_ref()),
+            };
+            if is_symlink(&stat) {
+                rustix::fs::utimensat(&fd, c"", &times, AtFlags::EMPTY_PATH)?;
+            } else {
+                rustix::fs::utimensat(rustix::fs::CWD, proc_path(fd.as_fd()), &times, AtFlags::empty())?;
+            }
+        }
+        Ok(Done::Setattr(self.entry(fd.as_fd())?))
+    }
+
+    fn create(&mut self, r: &v1::CreateRequest, at_ms: u64) -> OpResult {
+        let dir = self.dir_fd(r.parent.as_ref())?;
+        let name = name(&r.name)?;
+        let existed = rustix::fs::statat(&dir, name, AtFlags::SYMLINK_NOFOLLOW).is_ok();
+        let flags = OFlags::from_bits_retain(
+            r.flags & (libc::O_ACCMODE | libc::O_EXCL | libc::O_TRUNC | libc::O_APPEND) as u32,
+        ) | OFlags::CREATE
+            | OFlags::NOFOLLOW
+            | OFlags::CLOEXEC;
+        let fd = rustix::fs::openat(
+            &dir,
+            name,
+            flags,
+            Mode::from_raw_mode(r.mode & !r.umask & 0o7777),
+        )?;
+        if !existed {
+            Self::chown_new(&dir, name, r.caller.as_ref())?;
+        }
+        let entry = self.entry(fd.as_fd())?;
+        let id = ident(entry.file.as_ref())?;
+        let expires = at_ms.saturating_add(self.handle_lease_ms());
+        let handle = self.handles.insert(File::from(fd), id, r.flags, expires);
+        Ok(Done::Create(v1::CreateReply {
+            entry: Some(entry),
+            handle,
+            handle_lease_ms: self.handle_lease_ms(),
+        }))
+    }
+
+    fn readdir(&mut self, r: &v1::ReaddirRequest) -> OpResult {
+        let id = ident(r.dir.as_ref())?;
+        let fd = self
+            .inodes
+            .open(id, OFlags::RDONLY | OFlags::DIRECTORY)?;
+        let limit = match usize::try_from(r.max_entries).unwrap_or(READDIR_MAX) {
+            0 => READDIR_MAX,
+            n => n.min(READDIR_MAX),
+        };
+        let mut dir = rustix::fs::Dir::read_from(&fd)?;
+        let mut entries = Vec::new();
+        let mut index: u64 = 0;
+        let mut end = true;
+        while let Some(item) = dir.read() {
+            let item = item?;
+            let raw = item.file_name().to_bytes();
+            if raw == b"." || raw == b".." {
+                continue;
+            }
+            index += 1;
+            if index <= r.offset {
+                continue;
+            }
+            if entries.len() == limit {
+                end = false;
+                break;
+            }
+            let name = OsStr::from_bytes(raw);
+            let child = match rustix::fs::openat(
+                &fd,
+                name,
+                OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                Mode::empty(),
+            ) {
+                Ok(child) => child,
+                Err(rustix::io::Errno::NOENT) => continue,
+                Err(e) => return Err(e.into()),
+            };
+            let entry = self.entry(child.as_fd())?;
+            let attr = entry.attr.unwrap_or_default();
+            entries.push(v1::DirEntry {
+                file: entry.file,
+                name: raw.to_vec(),
+                file_type: attr.mode & libc::S_IFMT,
+                next_offset: index,
+                attr: r.plus.then_some(attr),
+            });
+        }
+        Ok(Done::Readdir(v1::ReaddirReply { entries, end }))
+    }
+}
+
+/// [`InodeTable::identify`] with journal failures told apart from filesystem errors.
+fn identify(
+    inodes: &mut InodeTable,
+    meta: &mut crate::meta::MetaStore,
+    fd: BorrowedFd<'_>,
+    stat: &Stat,
+) -> Result<Ident, OpError> {
+    inodes.identify(fd, stat, meta)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::name;
+
+    #[test]
+    fn names_are_single_components() {
+        for bad in [&b""[..], b".", b"..", b"a/b", b"a\0b", &[b'x'; 256]] {
+            assert!(name(bad).is_err(), "{bad:?}");
+        }
+        assert!(name(b"ok name").is_ok());
+        assert!(name(&[0xff, 0xfe]).is_ok(), "names are bytes, not UTF-8");
+    }
+}

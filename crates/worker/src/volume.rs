@@ -1,0 +1,473 @@
+//! One volume's state and the single apply loop that owns it.
+//!
+//! [`Volume::apply`] decides one request synchronously, in the order requests arrive: identity
+//! checks, handle reclamation, the epoch check (RWO), the reply cache, the operation, and the
+//! journal write of any durable change, which happens before the reply exists. The loop in
+//! [`spawn`] runs it on a dedicated thread that owns the volume; callers send requests over a
+//! channel with a one-shot for the reply, so the order in which the thread receives requests
+//! is the committed order.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use lease_client::protocol::{DecodedRequest, encode_reply};
+use lease_client::v1;
+use lease_client::v1::reply::Result as Done;
+use lease_client::v1::request::Op;
+use rustix::fs::{Mode, OFlags};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::clock::Clock;
+use crate::dedup::{Cached, DedupCache, Digest};
+use crate::error::Error;
+use crate::fsops::OpError;
+use crate::handles::HandleTable;
+use crate::inode::InodeTable;
+use crate::lease::{LeaseCommand, LeaseOutcome, LeaseState};
+use crate::meta::{self, MetaStore, Record, Snapshot};
+use crate::{AccessMode, VolumeSpec};
+
+/// The settings of one volume's apply loop.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct VolumeOptions {
+    pub(crate) lease_ms: u64,
+    pub(crate) handle_lease_ms: u64,
+    pub(crate) dedup_capacity: usize,
+    pub(crate) compact_after: usize,
+}
+
+#[derive(Debug)]
+pub(crate) struct Volume {
+    pub(crate) spec: VolumeSpec,
+    pub(crate) meta: MetaStore,
+    lease: LeaseState,
+    pub(crate) inodes: InodeTable,
+    pub(crate) handles: HandleTable,
+    dedup: DedupCache,
+    options: VolumeOptions,
+    /// A journal write failed: the durable state is unknown until the volume is reopened.
+    failed: bool,
+}
+
+/// What the apply step decided.
+enum Answer {
+    /// A reply from the cache, already encoded.
+    Cached(Bytes),
+    /// A fresh result; `cache` when it is a successful mutation.
+    Fresh { result: Done, cache: bool },
+}
+
+fn wire_error(kind: v1::ErrorKind, message: impl Into<String>) -> v1::Error {
+    v1::Error {
+        kind: kind.into(),
+        message: message.into(),
+        ..Default::default()
+    }
+}
+
+fn refusal(kind: v1::ErrorKind, message: impl Into<String>) -> Done {
+    Done::Error(wire_error(kind, message))
+}
+
+fn refused(error: v1::Error) -> Answer {
+    Answer::Fresh {
+        result: Done::Error(error),
+        cache: false,
+    }
+}
+
+fn fresh_error(kind: v1::ErrorKind, message: impl Into<String>) -> Answer {
+    Answer::Fresh {
+        result: refusal(kind, message),
+        cache: false,
+    }
+}
+
+/// The reply for a request that could not be decided by a volume.
+pub(crate) fn reply_bytes(request_id: &[u8], result: Done) -> Bytes {
+    encode_reply(&v1::Reply {
+        request_id: request_id.to_vec(),
+        result: Some(result),
+    })
+}
+
+/// An error result of the given kind.
+pub(crate) fn error_result(kind: v1::ErrorKind, message: impl Into<String>) -> Done {
+    refusal(kind, message)
+}
+
+impl Volume {
+    /// Opens a created volume from its directory below `state_dir`, checking that it was
+    /// created with `spec`'s identity.
+    pub(crate) fn open(
+        state_dir: &Path,
+        spec: &VolumeSpec,
+        options: VolumeOptions,
+    ) -> Result<Self, Error> {
+        let dir = meta::volume_dir(state_dir, &spec.volume_id);
+        match meta::read_identity(&dir)? {
+            None => {
+                return Err(Error::UnknownVolume {
+                    volume_id: spec.volume_id.clone(),
+                });
+            }
+            Some(existing) if &existing != spec => {
+                return Err(Error::IdentityMismatch {
+                    existing,
+                    requested: spec.clone(),
+                });
+            }
+            Some(_) => {}
+        }
+        let (meta, snapshot) = MetaStore::open(&dir)?;
+        let data = dir.join(meta::DATA);
+        let root = rustix::fs::open(
+            &data,
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| Error::io("open", &data, e.into()))?;
+        let inodes = InodeTable::new(root, &snapshot.inodes, snapshot.next_generation)
+            .map_err(|e| Error::io("make file handles in", &data, e))?;
+        let mut nonce = [0u8; 4];
+        rustix::rand::getrandom(&mut nonce, rustix::rand::GetRandomFlags::empty())
+            .map_err(|e| Error::io("draw a handle nonce for", &dir, e.into()))?;
+        Ok(Self {
+            spec: spec.clone(),
+            meta,
+            lease: snapshot.lease,
+            inodes,
+            handles: HandleTable::new(u32::from_ne_bytes(nonce)),
+            dedup: DedupCache::new(options.dedup_capacity),
+            options,
+            failed: false,
+        })
+    }
+
+    pub(crate) fn handle_lease_ms(&self) -> u64 {
+        self.options.handle_lease_ms
+    }
+
+    /// The lease state, for inspection.
+    pub(crate) fn lease(&self) -> &LeaseState {
+        &self.lease
+    }
+
+    /// Reclaims expired handles without a request (the loop's idle tick).
+    pub(crate) fn tick(&mut self, now_ms: u64) {
+        self.handles.reclaim(self.lease.clamp(now_ms));
+    }
+
+    /// Applies one decoded request at the clock reading `now_ms` and returns the encoded reply.
+    pub(crate) fn apply(&mut self, request: &DecodedRequest, digest: Digest, now_ms: u64) -> Bytes {
+        let request_id = request.request_id.0;
+        let answer = self.decide(request, digest, now_ms);
+        if !self.failed && self.meta.journal_records() >= self.options.compact_after {
+            let snapshot = Snapshot {
+                lease: self.lease.clone(),
+                next_generation: self.inodes.next_generation(),
+                inodes: self.inodes.entries(),
+            };
+            if let Err(error) = self.meta.compact(&snapshot) {
+                tracing::error!(volume = %self.spec.volume_id, error = %error, "journal compaction failed");
+                self.failed = true;
+            }
+        }
+        match answer {
+            Answer::Cached(bytes) => bytes,
+            Answer::Fresh { result, cache } => {
+                let bytes = reply_bytes(&request_id, result);
+                if cache {
+                    self.dedup.insert(request_id, digest, bytes.clone());
+                }
+                bytes
+            }
+        }
+    }
+
+    fn decide(&mut self, request: &DecodedRequest, digest: Digest, now_ms: u64) -> Answer {
+        use v1::ErrorKind as Kind;
+        if self.failed {
+            return fresh_error(
+                Kind::NoQuorum,
+                "the volume's journal failed; it serves again after a restart",
+            );
+        }
+        if request.volume_generation.0 != self.spec.volume_generation {
+            return fresh_error(
+                Kind::IdentityMismatch,
+                format!(
+                    "volume generation {} is not the volume's {}",
+                    request.volume_generation.0, self.spec.volume_generation
+                ),
+            );
+        }
+        if AccessMode::from_wire(request.access_mode) != Some(self.spec.access_mode) {
+            return fresh_error(
+                Kind::IdentityMismatch,
+                format!("the volume's access mode is {}", self.spec.access_mode),
+            );
+        }
+        self.handles.reclaim(self.lease.clamp(now_ms));
+        let epoch = request.mount_epoch.map(|e| e.0);
+        let lease_command = match &request.op {
+            Op::ClaimMount(claim) => Some(match epoch {
+                Some(epoch) => LeaseCommand::Claim {
+                    node: &claim.node_id,
+                    epoch,
+                },
+                None => return fresh_error(Kind::InvalidRequest, "claim_mount needs a mount epoch"),
+            }),
+            Op::RenewMount(_) => Some(match epoch {
+                Some(epoch) => LeaseCommand::Renew { epoch },
+                None => return fresh_error(Kind::StaleEpoch, "renew_mount without a mount epoch"),
+            }),
+            Op::ReleaseMount(_) => Some(match epoch {
+                Some(epoch) => LeaseCommand::Release { epoch },
+                None => {
+                    return fresh_error(Kind::StaleEpoch, "release_mount without a mount epoch");
+                }
+            }),
+            _ => None,
+        };
+        if let Some(command) = lease_command {
+            if self.spec.access_mode != AccessMode::Rwo {
+                return fresh_error(Kind::InvalidRequest, "lease commands are for RWO volumes");
+            }
+            return self.lease_command(request, command, digest, now_ms);
+        }
+        let at_ms = if self.spec.access_mode == AccessMode::Rwo {
+            match self.check_epoch(epoch, now_ms) {
+                Ok(at_ms) => at_ms,
+                Err(error) => return refused(error),
+            }
+        } else {
+            self.lease.clamp(now_ms)
+        };
+        let mutation = !request.op.is_read_only();
+        if mutation {
+            match self.dedup.lookup(&request.request_id.0, &digest) {
+                Cached::Hit(bytes) => return Answer::Cached(bytes),
+                Cached::Conflict => {
+                    return fresh_error(
+                        Kind::InvalidRequest,
+                        "the request ID was used for a different request",
+                    );
+                }
+                Cached::Miss => {}
+            }
+        }
+        match self.file_op(&request.op, at_ms) {
+            Ok(result) => Answer::Fresh {
+                result,
+                cache: mutation,
+            },
+            Err(error) => Answer::Fresh {
+                result: self.op_error(error),
+                cache: false,
+            },
+        }
+    }
+
+    fn op_error(&mut self, error: OpError) -> Done {
+        use v1::ErrorKind as Kind;
+        match error {
+            OpError::Errno(errno) => Done::Error(v1::Error {
+                kind: Kind::Errno.into(),
+                errno: errno.clamp(1, 4095),
+                message: rustix::io::Errno::from_raw_os_error(errno).to_string(),
+                ..Default::default()
+            }),
+            OpError::Invalid(why) => refusal(Kind::InvalidRequest, why),
+            OpError::Journal(error) => {
+                tracing::error!(volume = %self.spec.volume_id, error = %error, "journal write failed");
+                self.failed = true;
+                refusal(
+                    Kind::Uncertain,
+                    "the journal write failed; the operation may or may not have taken effect",
+                )
+            }
+        }
+    }
+
+    /// Journals the lease state after a change; on failure the volume stops serving.
+    fn journal_lease(&mut self) -> Result<(), v1::Error> {
+        let record = Record::Lease {
+            lease: self.lease.clone(),
+        };
+        self.meta.append(&record).map_err(|error| {
+            tracing::error!(volume = %self.spec.volume_id, error = %error, "journal write failed");
+            self.failed = true;
+            wire_error(
+                v1::ErrorKind::Uncertain,
+                "the journal write failed; the lease command may or may not have taken effect",
+            )
+        })
+    }
+
+    /// The epoch check of a read or mutation on an RWO volume: the lease time to act at, or
+    /// the refusal to answer.
+    fn check_epoch(&mut self, epoch: Option<[u8; 16]>, now_ms: u64) -> Result<u64, v1::Error> {
+        let applied = self.lease.apply(
+            LeaseCommand::Check { epoch },
+            now_ms,
+            self.options.lease_ms,
+        );
+        if applied.changed {
+            self.journal_lease()?;
+        }
+        match applied.outcome {
+            LeaseOutcome::Valid => Ok(applied.at_ms),
+            LeaseOutcome::MissingEpoch => Err(wire_error(
+                v1::ErrorKind::StaleEpoch,
+                "the request carries no mount epoch and the volume is RWO",
+            )),
+            _ => Err(wire_error(
+                v1::ErrorKind::StaleEpoch,
+                "the mount epoch does not hold the volume's lease",
+            )),
+        }
+    }
+
+    fn lease_command(
+        &mut self,
+        request: &DecodedRequest,
+        command: LeaseCommand<'_>,
+        digest: Digest,
+        now_ms: u64,
+    ) -> Answer {
+        use v1::ErrorKind as Kind;
+        match self.dedup.lookup(&request.request_id.0, &digest) {
+            Cached::Conflict => {
+                return fresh_error(
+                    Kind::InvalidRequest,
+                    "the request ID was used for a different request",
+                );
+            }
+            Cached::Hit(bytes) => {
+                return match command {
+                    // A release answers the same whoever holds the lease now.
+                    LeaseCommand::Release { .. } => Answer::Cached(bytes),
+                    LeaseCommand::Claim { epoch, .. } | LeaseCommand::Renew { epoch } => {
+                        match self.check_epoch(Some(epoch), now_ms) {
+                            Ok(_) => Answer::Cached(bytes),
+                            Err(error) => refused(error),
+                        }
+                    }
+                    LeaseCommand::Check { .. } => fresh_error(Kind::InvalidRequest, "not a lease command"),
+                };
+            }
+            Cached::Miss => {}
+        }
+        let applied = self.lease.apply(command, now_ms, self.options.lease_ms);
+        if applied.changed
+            && let Err(error) = self.journal_lease()
+        {
+            return refused(error);
+        }
+        let epoch = request.mount_epoch.map(|e| e.0.to_vec()).unwrap_or_default();
+        let result = match applied.outcome {
+            LeaseOutcome::Granted { lease_ms } => Done::ClaimMount(v1::LeaseReply {
+                mount_epoch: epoch,
+                lease_ms,
+            }),
+            LeaseOutcome::Renewed { lease_ms } => Done::RenewMount(v1::LeaseReply {
+                mount_epoch: epoch,
+                lease_ms,
+            }),
+            LeaseOutcome::Released { released } => {
+                Done::ReleaseMount(v1::ReleaseMountReply { released })
+            }
+            LeaseOutcome::Held { remaining_ms } => Done::Error(v1::Error {
+                kind: Kind::LeaseHeld.into(),
+                message: "another mount epoch holds the lease".into(),
+                lease_remaining_ms: remaining_ms,
+                ..Default::default()
+            }),
+            LeaseOutcome::Stale | LeaseOutcome::MissingEpoch => {
+                refusal(Kind::StaleEpoch, "the mount epoch does not hold the volume's lease")
+            }
+            LeaseOutcome::Valid => refusal(Kind::InvalidRequest, "not a lease command"),
+        };
+        let cache = !matches!(result, Done::Error(_));
+        Answer::Fresh { result, cache }
+    }
+}
+
+/// A message to a volume's apply loop.
+#[derive(Debug)]
+pub(crate) enum Command {
+    /// Apply a request and send back the encoded reply.
+    Call {
+        request: Box<DecodedRequest>,
+        digest: Digest,
+        reply: oneshot::Sender<Bytes>,
+    },
+    /// Reclaim expired handles.
+    Tick,
+    /// Drop all in-memory state and reload the volume from disk, as a restarted worker would.
+    Reload { done: oneshot::Sender<Result<(), Error>> },
+    /// Report the lease state.
+    Inspect { reply: oneshot::Sender<Option<LeaseState>> },
+}
+
+/// Starts the apply loop of `volume` on its own thread; it ends when every sender is gone.
+pub(crate) fn spawn(
+    volume: Volume,
+    state_dir: PathBuf,
+    clock: Arc<dyn Clock>,
+    queue: usize,
+) -> Result<mpsc::Sender<Command>, Error> {
+    let (tx, rx) = mpsc::channel(queue.max(1));
+    let name = format!("apply-{}", volume.spec.volume_id);
+    let name = name.chars().take(15).collect::<String>();
+    std::thread::Builder::new()
+        .name(name)
+        .spawn(move || apply_loop(volume, rx, &state_dir, clock.as_ref()))
+        .map_err(|e| Error::io("start the apply loop for", PathBuf::new(), e))?;
+    Ok(tx)
+}
+
+fn apply_loop(
+    volume: Volume,
+    mut rx: mpsc::Receiver<Command>,
+    state_dir: &Path,
+    clock: &dyn Clock,
+) {
+    let spec = volume.spec.clone();
+    let options = volume.options;
+    let mut volume = Some(volume);
+    while let Some(command) = rx.blocking_recv() {
+        match command {
+            Command::Call {
+                request,
+                digest,
+                reply,
+            } => {
+                let bytes = match volume.as_mut() {
+                    Some(volume) => volume.apply(&request, digest, clock.now_ms()),
+                    None => reply_bytes(
+                        &request.request_id.0,
+                        refusal(v1::ErrorKind::NoQuorum, "the volume failed to reload"),
+                    ),
+                };
+                let _ = reply.send(bytes);
+            }
+            Command::Tick => {
+                if let Some(volume) = volume.as_mut() {
+                    volume.tick(clock.now_ms());
+                }
+            }
+            Command::Reload { done } => {
+                volume = None;
+                let reopened = Volume::open(state_dir, &spec, options);
+                let result = reopened.map(|v| volume = Some(v));
+                let _ = done.send(result);
+            }
+            Command::Inspect { reply } => {
+                let _ = reply.send(volume.as_ref().map(|v| v.lease().clone()));
+            }
+        }
+    }
+}
