@@ -1,0 +1,201 @@
+//! The session record file beside one staging path.
+
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::Path;
+
+use rustix::fs::{FileType, Mode, OFlags};
+use rustix::io::Errno;
+
+use crate::durable::{self, Replace};
+use crate::{Error, MountEpoch, SessionIdentity, SessionPath, SessionRecord, parse, render};
+
+/// What [`SessionFile::create_pending`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[must_use]
+pub enum CreateOutcome {
+    /// There was no record; the caller's record is now durable. Send the claim.
+    Created,
+    /// A record for the same identity already exists and was left unchanged: an earlier attempt
+    /// of the same NodeStageVolume. Resume it with *its* epoch and endpoints (the caller's new
+    /// epoch was never sent); if its stage completed, the volume is already staged.
+    Existing(SessionRecord),
+}
+
+/// The session record file of one staging path, with the directory that holds it open.
+///
+/// Every operation works relative to that open directory and never follows a symlink at the
+/// record's name. Before trusting a record, each operation checks on the opened descriptor
+/// that it is a regular file owned by this process's effective uid, with mode 0600 or
+/// narrower and one link, at most [`MAX_RECORD_BYTES`](crate::MAX_RECORD_BYTES) long, of
+/// format version 1, naming the caller's identity. A record failing any check is rejected with
+/// an error naming the check, and never repaired, replaced or removed.
+///
+/// The caller serialises operations on one staging path (the CSI per-volume lock); this type
+/// does not lock.
+#[derive(Debug)]
+pub struct SessionFile {
+    path: SessionPath,
+    dir: OwnedFd,
+    euid: u32,
+}
+
+impl SessionFile {
+    /// Opens the directory that holds `staging`'s record: the staging path's parent, which
+    /// must be a directory (not a symlink to one), owned by root or this process's effective
+    /// uid, and not writable by group or others. The staging path itself is not touched.
+    pub fn open(staging: &Path) -> Result<Self, Error> {
+        let path = SessionPath::new(staging)?;
+        let euid = rustix::process::geteuid().as_raw();
+        let unsafe_dir = |problem: String| Error::UnsafeDirectory {
+            path: path.directory().to_owned(),
+            problem,
+        };
+        let dir = match rustix::fs::open(
+            path.directory(),
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        ) {
+            Ok(dir) => dir,
+            Err(Errno::LOOP) => return Err(unsafe_dir("is a symlink".to_owned())),
+            Err(Errno::NOTDIR) => {
+                // O_DIRECTORY|O_NOFOLLOW on a symlink reports ENOTDIR on some kernels.
+                let problem = match rustix::fs::lstat(path.directory()) {
+                    Ok(st) if FileType::from_raw_mode(st.st_mode) == FileType::Symlink => {
+                        "is a symlink"
+                    }
+                    _ => "is not a directory",
+                };
+                return Err(unsafe_dir(problem.to_owned()));
+            }
+            Err(e) => return Err(Error::io("open directory", path.directory(), e.into())),
+        };
+        let stat = rustix::fs::fstat(&dir)
+            .map_err(|e| Error::io("stat directory", path.directory(), e.into()))?;
+        if stat.st_uid != euid && stat.st_uid != 0 {
+            return Err(unsafe_dir(format!(
+                "is owned by uid {}, not by root or this process's uid {euid}",
+                stat.st_uid
+            )));
+        }
+        if stat.st_mode & 0o022 != 0 {
+            return Err(unsafe_dir(format!(
+                "has mode {:04o}; it must not be writable by group or others",
+                stat.st_mode & 0o7777
+            )));
+        }
+        Ok(Self { path, dir, euid })
+    }
+
+    /// Where the record and its temp file are.
+    pub fn path(&self) -> &SessionPath {
+        &self.path
+    }
+
+    /// The record, or `None` when there is none. A leftover temp file is ignored.
+    ///
+    /// Fails with [`ErrorKind::IdentityMismatch`](crate::ErrorKind::IdentityMismatch) when the
+    /// record names another volume, generation or node than `expected`.
+    pub fn load(&self, expected: &SessionIdentity) -> Result<Option<SessionRecord>, Error> {
+        let Some(record) = self.read()? else {
+            return Ok(None);
+        };
+        self.check_identity(&record, expected)?;
+        Ok(Some(record))
+    }
+
+    /// Makes `record` durable as the session's record unless one exists, and returns only after
+    /// it is fsynced with its directory: the claim may be sent then, not before.
+    ///
+    /// NodeStageVolume retries are idempotent: an existing record with the same identity is
+    /// returned as [`CreateOutcome::Existing`], unchanged, whatever its epoch, endpoints or
+    /// stage. An existing record for another identity is an error, not replaced. A leftover
+    /// temp file from an interrupted write is removed.
+    pub fn create_pending(&self, record: &SessionRecord) -> Result<CreateOutcome, Error> {
+        if let Some(existing) = self.load(record.identity())? {
+            return Ok(CreateOutcome::Existing(existing));
+        }
+        let bytes = render(record);
+        if durable::write_durable(self.dir.as_fd(), &self.path, &bytes, Replace::No)? {
+            return Ok(CreateOutcome::Created);
+        }
+        // Someone created it between the check and the rename.
+        match self.load(record.identity())? {
+            Some(existing) => Ok(CreateOutcome::Existing(existing)),
+            None => Err(Error::io(
+                "create",
+                self.path.record(),
+                std::io::Error::from(std::io::ErrorKind::AlreadyExists),
+            )),
+        }
+    }
+
+    /// Marks the session's stage completed, durably, and returns the updated record. Call it
+    /// before NodeStageVolume reports success. Marking a completed record again changes
+    /// nothing.
+    ///
+    /// The record must exist, name `identity`, and hold `epoch`: a record of another claim is
+    /// [`Error::EpochMismatch`], so one claim's stage can never complete another's.
+    pub fn mark_stage_completed(
+        &self,
+        identity: &SessionIdentity,
+        epoch: MountEpoch,
+    ) -> Result<SessionRecord, Error> {
+        let record = self.load(identity)?.ok_or_else(|| Error::NotFound {
+            path: self.path.record(),
+        })?;
+        if record.epoch() != epoch {
+            return Err(Error::EpochMismatch {
+                path: self.path.record(),
+                found: record.epoch(),
+                expected: epoch,
+            });
+        }
+        if record.stage_completed() {
+            return Ok(record);
+        }
+        let completed = record.completed();
+        durable::write_durable(
+            self.dir.as_fd(),
+            &self.path,
+            &render(&completed),
+            Replace::Yes,
+        )?;
+        Ok(completed)
+    }
+
+    /// Removes the session's record durably, after checking it like [`load`](Self::load) does,
+    /// and any leftover temp file. Returns whether a record was removed; removing a missing
+    /// record is success, so NodeUnstageVolume retries are idempotent. A record that fails a
+    /// check (another identity, a symlink, a wrong mode, corrupt content) stays in place.
+    pub fn remove(&self, identity: &SessionIdentity) -> Result<bool, Error> {
+        durable::remove_temp(self.dir.as_fd(), &self.path)?;
+        if self.load(identity)?.is_none() {
+            return Ok(false);
+        }
+        durable::remove_record(self.dir.as_fd(), &self.path)
+    }
+
+    fn read(&self) -> Result<Option<SessionRecord>, Error> {
+        let Some(bytes) = durable::read_checked(self.dir.as_fd(), &self.path, self.euid)? else {
+            return Ok(None);
+        };
+        let record = parse(&bytes).map_err(|e| e.at_path(&self.path.record()))?;
+        Ok(Some(record))
+    }
+
+    fn check_identity(
+        &self,
+        record: &SessionRecord,
+        expected: &SessionIdentity,
+    ) -> Result<(), Error> {
+        match record.identity().first_difference(expected) {
+            None => Ok(()),
+            Some((field, found, expected)) => Err(Error::IdentityMismatch {
+                path: self.path.record(),
+                field,
+                found,
+                expected,
+            }),
+        }
+    }
+}
