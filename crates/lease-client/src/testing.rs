@@ -153,6 +153,14 @@ impl FakeTransport {
         }
     }
 
+    /// Forgets every queued fault and brings every endpoint back up.
+    pub fn clear_faults(&self) {
+        let mut state = self.lock();
+        state.faults.clear();
+        state.next_faults.clear();
+        state.down.clear();
+    }
+
     /// Delays every answer by `delay` (after applying).
     pub fn set_delay(&self, delay: Duration) {
         self.lock().delay = delay;

@@ -329,10 +329,15 @@ impl fmt::Debug for HttpsTransport {
 
 /// Decides whether a failed exchange can have reached the worker.
 ///
-/// A failure to connect (TCP, or the TLS handshake as the client sees it) is not delivered.
-/// So is a handshake alert about certificates: with TLS 1.3 the server refuses a client
-/// certificate after the client thinks the handshake is done, but before it reads any
-/// request. Everything else may have been delivered.
+/// Not delivered: a failure to connect (TCP, or the TLS handshake as the client sees it); a
+/// request hyper cancelled, or could not hand to its connection, because the connection
+/// closed before the request was written; and a handshake alert about certificates that
+/// rustls reports as such. Everything else may have been delivered: that includes a broken
+/// pipe, since on an HTTP/2 connection one stream's write error is reported to every stream.
+///
+/// With TLS 1.3 a server refuses a client certificate after the client considers the
+/// handshake done, so that refusal reaches the call as any of these; the call then ends
+/// definite or uncertain depending on which its attempts saw, never with a result.
 fn classify_client_error(err: &hyper_util::client::legacy::Error) -> TransportError {
     let tls = tls_error(err);
     if err.is_connect() {
@@ -342,6 +347,9 @@ fn classify_client_error(err: &hyper_util::client::legacy::Error) -> TransportEr
             Failure::Connect
         };
         return TransportError::NotDelivered(failure);
+    }
+    if hyper_error(err).is_some_and(|err| err.is_canceled() || err.is_closed()) {
+        return TransportError::NotDelivered(Failure::Connection);
     }
     match tls {
         Some(rustls::Error::AlertReceived(alert)) if is_handshake_refusal(*alert) => {
@@ -369,22 +377,28 @@ fn is_handshake_refusal(alert: rustls::AlertDescription) -> bool {
     )
 }
 
-/// The rustls error somewhere in `err`'s chain. `io::Error` hides its payload from
-/// `source()`, so each one is opened by hand.
+/// The hyper error in `err`'s chain.
+fn hyper_error<'a>(err: &'a (dyn std::error::Error + 'static)) -> Option<&'a hyper::Error> {
+    chain(err).find_map(|error| error.downcast_ref::<hyper::Error>())
+}
+
+/// The rustls error in `err`'s chain.
 fn tls_error<'a>(err: &'a (dyn std::error::Error + 'static)) -> Option<&'a rustls::Error> {
-    let mut current: Option<&(dyn std::error::Error + 'static)> = Some(err);
-    while let Some(error) = current {
-        if let Some(tls) = error.downcast_ref::<rustls::Error>() {
-            return Some(tls);
-        }
-        if let Some(tls) = error
+    chain(err).find_map(|error| error.downcast_ref::<rustls::Error>())
+}
+
+/// `err` and its causes. An `io::Error` hides its payload from `source()` (it returns the
+/// payload's own source), so the walk steps into the payload instead; connectors nest them.
+fn chain<'a>(
+    err: &'a (dyn std::error::Error + 'static),
+) -> impl Iterator<Item = &'a (dyn std::error::Error + 'static)> {
+    std::iter::successors(Some(err), |error| {
+        match error
             .downcast_ref::<std::io::Error>()
             .and_then(std::io::Error::get_ref)
-            .and_then(|inner| inner.downcast_ref::<rustls::Error>())
         {
-            return Some(tls);
+            Some(payload) => Some(payload as &(dyn std::error::Error + 'static)),
+            None => error.source(),
         }
-        current = error.source();
-    }
-    None
+    })
 }
