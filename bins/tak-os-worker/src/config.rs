@@ -94,7 +94,11 @@ pub struct Cli {
     #[arg(long, env = "TAK_OS_WORKER_LISTEN", default_value = "127.0.0.1:7443")]
     pub listen: SocketAddr,
     /// Directory holding the volumes (leader only; created if missing).
-    #[arg(long, env = "TAK_OS_WORKER_STATE_DIR", required_unless_present = "follow")]
+    #[arg(
+        long,
+        env = "TAK_OS_WORKER_STATE_DIR",
+        required_unless_present = "follow"
+    )]
     pub state_dir: Option<PathBuf>,
     /// Server certificate chain (PEM).
     #[arg(long, env = "TAK_OS_WORKER_CERT")]
@@ -142,7 +146,12 @@ pub struct Cli {
     #[arg(long, env = "TAK_OS_WORKER_COMPACT_AFTER", default_value_t = 1024)]
     pub compact_after: usize,
     /// Log format.
-    #[arg(long, env = "TAK_OS_WORKER_LOG_FORMAT", value_enum, default_value = "text")]
+    #[arg(
+        long,
+        env = "TAK_OS_WORKER_LOG_FORMAT",
+        value_enum,
+        default_value = "text"
+    )]
     pub log_format: LogFormat,
 }
 

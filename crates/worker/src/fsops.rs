@@ -334,7 +334,8 @@ impl Volume {
                 let mut data = vec![0; size];
                 let mut done = 0;
                 while done < size {
-                    let n = file.read_at(&mut data[done..], r.offset.saturating_add(done as u64))?;
+                    let n =
+                        file.read_at(&mut data[done..], r.offset.saturating_add(done as u64))?;
                     if n == 0 {
                         break;
                     }
@@ -449,7 +450,12 @@ impl Volume {
             if is_symlink(&stat) {
                 rustix::fs::utimensat(&fd, c"", &times, AtFlags::EMPTY_PATH)?;
             } else {
-                rustix::fs::utimensat(rustix::fs::CWD, proc_path(fd.as_fd()), &times, AtFlags::empty())?;
+                rustix::fs::utimensat(
+                    rustix::fs::CWD,
+                    proc_path(fd.as_fd()),
+                    &times,
+                    AtFlags::empty(),
+                )?;
             }
         }
         Ok(Done::Setattr(self.entry(fd.as_fd())?))
@@ -486,9 +492,7 @@ impl Volume {
 
     fn readdir(&mut self, r: &v1::ReaddirRequest) -> OpResult {
         let id = ident(r.dir.as_ref())?;
-        let fd = self
-            .inodes
-            .open(id, OFlags::RDONLY | OFlags::DIRECTORY)?;
+        let fd = self.inodes.open(id, OFlags::RDONLY | OFlags::DIRECTORY)?;
         let limit = match usize::try_from(r.max_entries).unwrap_or(READDIR_MAX) {
             0 => READDIR_MAX,
             n => n.min(READDIR_MAX),

@@ -39,7 +39,13 @@ impl HandleTable {
     }
 
     /// Registers a new handle that expires at `expires_at_ms`, returning its ID.
-    pub(crate) fn insert(&mut self, file: File, ident: Ident, flags: u32, expires_at_ms: u64) -> u64 {
+    pub(crate) fn insert(
+        &mut self,
+        file: File,
+        ident: Ident,
+        flags: u32,
+        expires_at_ms: u64,
+    ) -> u64 {
         let id = self.prefix | u64::from(self.next);
         self.next = self.next.wrapping_add(1).max(1);
         self.open.insert(
@@ -123,7 +129,17 @@ mod tests {
         assert_eq!(table.reclaim(250), vec![a, b]);
         assert!(!table.renew(a, 1000), "a reclaimed handle does not renew");
         assert!(table.get(c, ID).is_some());
-        assert!(table.get(c, Ident { ino: 5, generation: 3 }).is_none());
+        assert!(
+            table
+                .get(
+                    c,
+                    Ident {
+                        ino: 5,
+                        generation: 3
+                    }
+                )
+                .is_none()
+        );
         assert!(table.remove(c).is_some());
         assert!(table.remove(c).is_none());
         assert_eq!(table.len(), 0);

@@ -108,20 +108,29 @@ impl InodeTable {
             });
         }
         let handle = sys::name_to_handle(fd)?;
+        let generation = self.generation_for(ino, handle, meta)?;
+        Ok(Ident { ino, generation })
+    }
+
+    /// The generation of inode number `ino` whose file handle is `handle`: the recorded one
+    /// when the handle matches, otherwise a new one, journaled before it is returned.
+    fn generation_for(
+        &mut self,
+        ino: u64,
+        handle: FileHandle,
+        meta: &mut MetaStore,
+    ) -> Result<u64, OpError> {
         if let Some((generation, known)) = self.entries.get(&ino)
             && *known == handle
         {
-            return Ok(Ident {
-                ino,
-                generation: *generation,
-            });
+            return Ok(*generation);
         }
         let generation = self.next_generation;
         meta.append(&Record::Inode(InodeEntry::new(ino, generation, &handle)))
             .map_err(OpError::Journal)?;
         self.next_generation += 1;
         self.entries.insert(ino, (generation, handle));
-        Ok(Ident { ino, generation })
+        Ok(generation)
     }
 
     /// Forgets an inode number whose last link is gone (best effort: not fsynced, because a
@@ -153,5 +162,91 @@ impl InodeTable {
         }
         let flags = i32::try_from((flags | OFlags::NOFOLLOW).bits()).map_err(|_| stale())?;
         sys::open_by_handle(self.root.as_fd(), handle, flags)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn handle(bytes: &[u8]) -> FileHandle {
+        FileHandle {
+            handle_type: 1,
+            bytes: bytes.to_vec(),
+        }
+    }
+
+    fn table(dir: &std::path::Path) -> InodeTable {
+        let root = rustix::fs::open(
+            dir,
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            rustix::fs::Mode::empty(),
+        )
+        .unwrap();
+        InodeTable::new(root, &HashMap::new(), FIRST_GENERATION).unwrap()
+    }
+
+    #[test]
+    fn a_reused_inode_number_gets_a_new_generation_that_survives_a_restart() {
+        let dir = tempfile::tempdir().unwrap();
+        let data = tempfile::tempdir().unwrap();
+        let (mut meta, _) = MetaStore::open(dir.path()).unwrap();
+        let mut inodes = table(data.path());
+        let first = inodes
+            .generation_for(77, handle(b"gen-a"), &mut meta)
+            .unwrap();
+        assert_eq!(first, FIRST_GENERATION);
+        assert_eq!(
+            inodes
+                .generation_for(77, handle(b"gen-a"), &mut meta)
+                .unwrap(),
+            first
+        );
+        // The same number with another handle: the inode was freed and reused.
+        let second = inodes
+            .generation_for(77, handle(b"gen-b"), &mut meta)
+            .unwrap();
+        assert!(second > first);
+        drop((meta, inodes));
+
+        let (mut meta, snapshot) = MetaStore::open(dir.path()).unwrap();
+        let root = rustix::fs::open(
+            data.path(),
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            rustix::fs::Mode::empty(),
+        )
+        .unwrap();
+        let mut inodes = InodeTable::new(root, &snapshot.inodes, snapshot.next_generation).unwrap();
+        assert_eq!(
+            inodes
+                .generation_for(77, handle(b"gen-b"), &mut meta)
+                .unwrap(),
+            second
+        );
+        let third = inodes
+            .generation_for(78, handle(b"other"), &mut meta)
+            .unwrap();
+        assert!(third > second, "the counter survives the restart");
+        assert!(
+            inodes
+                .open(
+                    Ident {
+                        ino: 77,
+                        generation: first
+                    },
+                    OFlags::PATH
+                )
+                .is_err()
+        );
+    }
+
+    #[test]
+    fn the_root_swaps_places_with_inode_number_one() {
+        let data = tempfile::tempdir().unwrap();
+        let inodes = table(data.path());
+        let real_root = inodes.root_real_ino;
+        assert_eq!(inodes.worker_ino(real_root), ROOT_INO);
+        assert_eq!(inodes.worker_ino(ROOT_INO), real_root);
+        assert_eq!(inodes.worker_ino(real_root + 1), real_root + 1);
     }
 }

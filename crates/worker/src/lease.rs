@@ -148,7 +148,11 @@ impl LeaseState {
         let at_ms = self.clamp(now_ms);
         self.floor_ms = at_ms;
         let mut changed = false;
-        if self.holder.as_ref().is_some_and(|h| h.expires_at_ms <= at_ms) {
+        if self
+            .holder
+            .as_ref()
+            .is_some_and(|h| h.expires_at_ms <= at_ms)
+        {
             self.retire_holder();
             changed = true;
         }
@@ -283,7 +287,10 @@ mod tests {
     #[test]
     fn claim_renew_release() {
         let mut s = LeaseState::new();
-        assert_eq!(claim(&mut s, A, 1000), LeaseOutcome::Granted { lease_ms: LEASE });
+        assert_eq!(
+            claim(&mut s, A, 1000),
+            LeaseOutcome::Granted { lease_ms: LEASE }
+        );
         assert_eq!(
             claim(&mut s, B, 2000),
             LeaseOutcome::Held {
@@ -299,7 +306,10 @@ mod tests {
         assert_eq!(again.outcome, LeaseOutcome::Released { released: false });
         assert!(!again.changed);
         assert_eq!(claim(&mut s, A, 60_002), LeaseOutcome::Stale);
-        assert_eq!(claim(&mut s, B, 60_002), LeaseOutcome::Granted { lease_ms: LEASE });
+        assert_eq!(
+            claim(&mut s, B, 60_002),
+            LeaseOutcome::Granted { lease_ms: LEASE }
+        );
     }
 
     #[test]
@@ -312,7 +322,8 @@ mod tests {
         assert_eq!(claim(&mut s, A, LEASE + 1), LeaseOutcome::Stale);
         // Even when the clock steps back before the expiry afterwards.
         assert_eq!(
-            s.apply(LeaseCommand::Check { epoch: Some(A) }, 10, LEASE).outcome,
+            s.apply(LeaseCommand::Check { epoch: Some(A) }, 10, LEASE)
+                .outcome,
             LeaseOutcome::Stale
         );
     }

@@ -139,7 +139,9 @@ pub(crate) fn validate_volume_id(volume_id: &str) -> Result<(), Error> {
         .bytes()
         .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
     {
-        return Err(invalid("it may only hold letters, digits, '.', '_' and '-'"));
+        return Err(invalid(
+            "it may only hold letters, digits, '.', '_' and '-'",
+        ));
     }
     Ok(())
 }
@@ -429,7 +431,10 @@ mod tests {
             br#"{"format":1,"lease":{"holder":{"node":"n1","epoch":"0101010101010101010101010101010101","expires_at_ms":5},"floor_ms":3,"retired":[]},"next_generation":9,"inodes":[{"ino":12,"generation":4,"handle_type":1,"handle":"0a0b"}]}"#,
         )
         .unwrap();
-        assert!(MetaStore::open(dir.path()).is_err(), "a 17-byte epoch is refused");
+        assert!(
+            MetaStore::open(dir.path()).is_err(),
+            "a 17-byte epoch is refused"
+        );
         std::fs::write(
             dir.path().join(CHECKPOINT),
             br#"{"format":1,"lease":{"holder":{"node":"n1","epoch":"01010101010101010101010101010101","expires_at_ms":5},"floor_ms":3,"retired":[]},"next_generation":9,"inodes":[{"ino":12,"generation":4,"handle_type":1,"handle":"0a0b"}]}"#,

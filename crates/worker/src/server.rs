@@ -18,6 +18,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinSet;
 
+use crate::VolumeSpec;
 use crate::auth::Tokens;
 use crate::clock::Clock;
 use crate::config::{Config, Role};
@@ -26,7 +27,6 @@ use crate::faults::{Arrival, FaultSettings, Faults};
 use crate::lease::LeaseState;
 use crate::meta;
 use crate::volume::{self, Command, Volume, VolumeOptions, error_result, reply_bytes};
-use crate::VolumeSpec;
 
 /// The admin path that creates a volume (JSON [`VolumeSpec`]).
 pub const ADMIN_VOLUMES_PATH: &str = "/takos.worker.v1/admin/volumes";
@@ -106,7 +106,12 @@ impl Server {
             source,
         })?;
         let (stop, stopped) = oneshot::channel();
-        let task = tokio::spawn(accept_loop(Arc::clone(&shared), listener, acceptor, stopped));
+        let task = tokio::spawn(accept_loop(
+            Arc::clone(&shared),
+            listener,
+            acceptor,
+            stopped,
+        ));
         Ok(Self {
             shared,
             local_addr,
@@ -365,7 +370,12 @@ async fn probe_leader(shared: Arc<Shared>, leader: String) {
             Ok(Ok(_))
         );
         shared.leader_reachable.store(reachable, Ordering::SeqCst);
-        tokio::time::sleep(timings.probe_interval.max(std::time::Duration::from_millis(1))).await;
+        tokio::time::sleep(
+            timings
+                .probe_interval
+                .max(std::time::Duration::from_millis(1)),
+        )
+        .await;
     }
 }
 
@@ -374,7 +384,8 @@ async fn serve_connection(
     acceptor: tokio_rustls::TlsAcceptor,
     tcp: TcpStream,
 ) {
-    let handshake = tokio::time::timeout(shared.config.timings.attempt_budget, acceptor.accept(tcp));
+    let handshake =
+        tokio::time::timeout(shared.config.timings.attempt_budget, acceptor.accept(tcp));
     let Ok(Ok(tls)) = handshake.await else {
         return;
     };
@@ -457,7 +468,10 @@ async fn handle(
         .get(header::AUTHORIZATION)
         .is_some_and(|value| shared.tokens.accepts_header(value.as_bytes()));
     if !authorized {
-        return Ok(plain(StatusCode::UNAUTHORIZED, "missing or wrong bearer token"));
+        return Ok(plain(
+            StatusCode::UNAUTHORIZED,
+            "missing or wrong bearer token",
+        ));
     }
     if request.method() != Method::POST {
         return Ok(plain(StatusCode::METHOD_NOT_ALLOWED, "only POST is served"));
@@ -470,11 +484,17 @@ async fn handle(
     }
 }
 
-async fn call(shared: Arc<Shared>, request: Request<Incoming>) -> Result<HttpResponse, DroppedReply> {
+async fn call(
+    shared: Arc<Shared>,
+    request: Request<Incoming>,
+) -> Result<HttpResponse, DroppedReply> {
     let body = match read_body(request, MAX_MESSAGE_BYTES).await {
         Ok(body) => body,
         Err(BodyError::TooLarge) => {
-            return Ok(plain(StatusCode::PAYLOAD_TOO_LARGE, "request body over the limit"));
+            return Ok(plain(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "request body over the limit",
+            ));
         }
         Err(BodyError::Gone) => return Err(DroppedReply),
     };
@@ -500,14 +520,20 @@ async fn call(shared: Arc<Shared>, request: Request<Incoming>) -> Result<HttpRes
     };
     let request_id = decoded.request_id.0;
     let refuse = |kind: v1::ErrorKind, message: &str| {
-        Ok(protobuf(reply_bytes(&request_id, error_result(kind, message))))
+        Ok(protobuf(reply_bytes(
+            &request_id,
+            error_result(kind, message),
+        )))
     };
     if shared.faults.hang() {
         std::future::pending::<()>().await;
     }
     if let Role::Follower { leader } = &shared.config.role {
         if shared.faults.minority() || !shared.leader_reachable.load(Ordering::SeqCst) {
-            return refuse(v1::ErrorKind::NoQuorum, "this endpoint cannot reach the leader");
+            return refuse(
+                v1::ErrorKind::NoQuorum,
+                "this endpoint cannot reach the leader",
+            );
         }
         return Ok(protobuf(reply_bytes(
             &request_id,
@@ -553,9 +579,9 @@ async fn call(shared: Arc<Shared>, request: Request<Incoming>) -> Result<HttpRes
 async fn admin_body<T: serde::de::DeserializeOwned>(
     request: Request<Incoming>,
 ) -> Result<T, HttpResponse> {
-    let body = read_body(request, ADMIN_BODY_MAX).await.map_err(|_| {
-        plain(StatusCode::PAYLOAD_TOO_LARGE, "admin body over the limit")
-    })?;
+    let body = read_body(request, ADMIN_BODY_MAX)
+        .await
+        .map_err(|_| plain(StatusCode::PAYLOAD_TOO_LARGE, "admin body over the limit"))?;
     serde_json::from_slice(&body).map_err(|e| {
         json(
             StatusCode::BAD_REQUEST,
@@ -608,7 +634,10 @@ async fn admin_faults(shared: &Arc<Shared>, request: Request<Incoming>) -> HttpR
             &serde_json::json!({ "error": error_chain(&error) }),
         );
     }
-    json(StatusCode::OK, &serde_json::json!({ "applied": settings_json(&settings) }))
+    json(
+        StatusCode::OK,
+        &serde_json::json!({ "applied": settings_json(&settings) }),
+    )
 }
 
 fn settings_json(settings: &FaultSettings) -> serde_json::Value {
@@ -625,4 +654,3 @@ fn error_chain(error: &dyn std::error::Error) -> String {
     }
     text
 }
-

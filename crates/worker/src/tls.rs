@@ -55,9 +55,7 @@ impl TlsMaterial {
         let mut roots = rustls::RootCertStore::empty();
         for ca in CertificateDer::pem_slice_iter(&self.client_ca_pem) {
             let ca = ca.map_err(|e| tls(format!("client CA: {e}")))?;
-            roots
-                .add(ca)
-                .map_err(|e| tls(format!("client CA: {e}")))?;
+            roots.add(ca).map_err(|e| tls(format!("client CA: {e}")))?;
         }
         if roots.is_empty() {
             return Err(tls("client CA: no certificate in the PEM".into()));

@@ -124,7 +124,8 @@ impl Volume {
         let data = dir.join(meta::DATA);
         let root = rustix::fs::open(
             &data,
-            OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            // Not O_PATH: open_by_handle_at(2) refuses an O_PATH descriptor as its mount fd.
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
             Mode::empty(),
         )
         .map_err(|e| Error::io("open", &data, e.into()))?;
@@ -217,7 +218,9 @@ impl Volume {
                     node: &claim.node_id,
                     epoch,
                 },
-                None => return fresh_error(Kind::InvalidRequest, "claim_mount needs a mount epoch"),
+                None => {
+                    return fresh_error(Kind::InvalidRequest, "claim_mount needs a mount epoch");
+                }
             }),
             Op::RenewMount(_) => Some(match epoch {
                 Some(epoch) => LeaseCommand::Renew { epoch },
@@ -309,11 +312,9 @@ impl Volume {
     /// The epoch check of a read or mutation on an RWO volume: the lease time to act at, or
     /// the refusal to answer.
     fn check_epoch(&mut self, epoch: Option<[u8; 16]>, now_ms: u64) -> Result<u64, v1::Error> {
-        let applied = self.lease.apply(
-            LeaseCommand::Check { epoch },
-            now_ms,
-            self.options.lease_ms,
-        );
+        let applied =
+            self.lease
+                .apply(LeaseCommand::Check { epoch }, now_ms, self.options.lease_ms);
         if applied.changed {
             self.journal_lease()?;
         }
@@ -355,7 +356,9 @@ impl Volume {
                             Err(error) => refused(error),
                         }
                     }
-                    LeaseCommand::Check { .. } => fresh_error(Kind::InvalidRequest, "not a lease command"),
+                    LeaseCommand::Check { .. } => {
+                        fresh_error(Kind::InvalidRequest, "not a lease command")
+                    }
                 };
             }
             Cached::Miss => {}
@@ -366,7 +369,10 @@ impl Volume {
         {
             return refused(error);
         }
-        let epoch = request.mount_epoch.map(|e| e.0.to_vec()).unwrap_or_default();
+        let epoch = request
+            .mount_epoch
+            .map(|e| e.0.to_vec())
+            .unwrap_or_default();
         let result = match applied.outcome {
             LeaseOutcome::Granted { lease_ms } => Done::ClaimMount(v1::LeaseReply {
                 mount_epoch: epoch,
@@ -385,9 +391,10 @@ impl Volume {
                 lease_remaining_ms: remaining_ms,
                 ..Default::default()
             }),
-            LeaseOutcome::Stale | LeaseOutcome::MissingEpoch => {
-                refusal(Kind::StaleEpoch, "the mount epoch does not hold the volume's lease")
-            }
+            LeaseOutcome::Stale | LeaseOutcome::MissingEpoch => refusal(
+                Kind::StaleEpoch,
+                "the mount epoch does not hold the volume's lease",
+            ),
             LeaseOutcome::Valid => refusal(Kind::InvalidRequest, "not a lease command"),
         };
         let cache = !matches!(result, Done::Error(_));
@@ -407,9 +414,13 @@ pub(crate) enum Command {
     /// Reclaim expired handles.
     Tick,
     /// Drop all in-memory state and reload the volume from disk, as a restarted worker would.
-    Reload { done: oneshot::Sender<Result<(), Error>> },
+    Reload {
+        done: oneshot::Sender<Result<(), Error>>,
+    },
     /// Report the lease state.
-    Inspect { reply: oneshot::Sender<Option<LeaseState>> },
+    Inspect {
+        reply: oneshot::Sender<Option<LeaseState>>,
+    },
 }
 
 /// Starts the apply loop of `volume` on its own thread; it ends when every sender is gone.

@@ -1,0 +1,287 @@
+//! Certificates, servers and clients for the integration tests.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use lease_client::protocol::{MountEpoch, VolumeGeneration, decode_reply, encode_request};
+use lease_client::v1;
+use lease_client::v1::request::Op;
+use lease_client::{
+    Budgets, Client, ClientConfig, Credentials, EndpointSet, HttpsTransport, Transport as _,
+    TransportError,
+};
+use rcgen::{
+    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
+    KeyUsagePurpose,
+};
+use worker::{
+    AccessMode, Clock, Config, Role, Server, SystemClock, Timings, TlsMaterial, Tokens, VolumeSpec,
+};
+
+/// Every duration in these tests is the default times this factor.
+pub(crate) const SCALE: f64 = 0.1;
+pub(crate) const TOKEN: &str = "test-token-0123456789";
+
+pub(crate) fn timings() -> Timings {
+    Timings::default().scaled(SCALE)
+}
+
+pub(crate) fn budgets() -> Budgets {
+    Budgets::default().scaled(SCALE)
+}
+
+/// A CA with a server certificate for 127.0.0.1/localhost and a client certificate.
+#[derive(Clone)]
+pub(crate) struct Pki {
+    pub(crate) ca_pem: String,
+    pub(crate) server_pem: String,
+    pub(crate) server_key: String,
+    pub(crate) client_pem: String,
+    pub(crate) client_key: String,
+}
+
+pub(crate) fn pki(name: &str) -> Pki {
+    let ca_key = KeyPair::generate().unwrap();
+    let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca.distinguished_name
+        .push(DnType::CommonName, format!("{name} test CA"));
+    ca.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+    let ca_cert = ca.self_signed(&ca_key).unwrap();
+    let issuer = Issuer::new(ca, ca_key);
+
+    let server_key = KeyPair::generate().unwrap();
+    let mut server =
+        CertificateParams::new(vec!["localhost".to_owned(), "127.0.0.1".to_owned()]).unwrap();
+    server.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+    let server_cert = server.signed_by(&server_key, &issuer).unwrap();
+
+    let client_key = KeyPair::generate().unwrap();
+    let mut client = CertificateParams::new(Vec::<String>::new()).unwrap();
+    client
+        .distinguished_name
+        .push(DnType::CommonName, format!("{name} node"));
+    client.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+    let client_cert = client.signed_by(&client_key, &issuer).unwrap();
+
+    Pki {
+        ca_pem: ca_cert.pem(),
+        server_pem: server_cert.pem(),
+        server_key: server_key.serialize_pem(),
+        client_pem: client_cert.pem(),
+        client_key: client_key.serialize_pem(),
+    }
+}
+
+impl Pki {
+    pub(crate) fn tls(&self) -> TlsMaterial {
+        TlsMaterial {
+            cert_chain_pem: self.server_pem.clone().into_bytes(),
+            key_pem: self.server_key.clone().into_bytes(),
+            client_ca_pem: self.ca_pem.clone().into_bytes(),
+        }
+    }
+
+    pub(crate) fn credentials(&self, token: &str) -> Credentials {
+        Credentials::from_pem(
+            token,
+            self.ca_pem.as_bytes(),
+            self.client_pem.as_bytes(),
+            self.client_key.as_bytes(),
+        )
+        .unwrap()
+    }
+}
+
+pub(crate) fn rwo(id: &str) -> VolumeSpec {
+    VolumeSpec {
+        volume_id: id.to_owned(),
+        volume_generation: 1,
+        access_mode: AccessMode::Rwo,
+    }
+}
+
+pub(crate) fn rwx(id: &str) -> VolumeSpec {
+    VolumeSpec {
+        volume_id: id.to_owned(),
+        volume_generation: 1,
+        access_mode: AccessMode::Rwx,
+    }
+}
+
+pub(crate) fn config(pki: &Pki, state_dir: &std::path::Path, volumes: &[VolumeSpec]) -> Config {
+    let mut config = Config::new("127.0.0.1:0".parse().unwrap(), state_dir, pki.tls());
+    config.timings = timings();
+    config.volumes = volumes.to_vec();
+    config
+}
+
+pub(crate) async fn leader(
+    pki: &Pki,
+    state_dir: &std::path::Path,
+    volumes: &[VolumeSpec],
+) -> Server {
+    leader_with_clock(pki, state_dir, volumes, Arc::new(SystemClock)).await
+}
+
+pub(crate) async fn leader_with_clock(
+    pki: &Pki,
+    state_dir: &std::path::Path,
+    volumes: &[VolumeSpec],
+    clock: Arc<dyn Clock>,
+) -> Server {
+    Server::start(config(pki, state_dir, volumes), Tokens::new([TOKEN]), clock)
+        .await
+        .unwrap()
+}
+
+pub(crate) async fn follower(pki: &Pki, leader: &str) -> Server {
+    let mut config = config(pki, std::path::Path::new(""), &[]);
+    config.role = Role::Follower {
+        leader: leader.to_owned(),
+    };
+    let server = Server::start(config, Tokens::new([TOKEN]), Arc::new(SystemClock))
+        .await
+        .unwrap();
+    // Let the first leader probe finish.
+    tokio::time::sleep(timings().probe_timeout + Duration::from_millis(50)).await;
+    server
+}
+
+/// An address on which nothing listens.
+pub(crate) async fn dead_endpoint() -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    drop(listener);
+    address.to_string()
+}
+
+pub(crate) fn client(
+    pki: &Pki,
+    spec: &VolumeSpec,
+    endpoints: &[String],
+    budgets: Budgets,
+) -> Client<HttpsTransport> {
+    let config = ClientConfig {
+        volume_id: spec.volume_id.clone(),
+        volume_generation: VolumeGeneration(spec.volume_generation),
+        access_mode: spec.access_mode.to_wire(),
+        endpoints: EndpointSet::new(endpoints).unwrap(),
+        budgets,
+    };
+    Client::new(
+        config,
+        HttpsTransport::with_credentials(&budgets, &pki.credentials(TOKEN)),
+    )
+}
+
+/// Encodes a request as a client would.
+pub(crate) fn request(spec: &VolumeSpec, id: [u8; 16], epoch: Option<[u8; 16]>, op: Op) -> Bytes {
+    encode_request(&v1::Request {
+        volume_id: spec.volume_id.clone(),
+        volume_generation: spec.volume_generation,
+        request_id: id.to_vec(),
+        mount_epoch: epoch.map(|e| e.to_vec()).unwrap_or_default(),
+        access_mode: spec.access_mode.to_wire().into(),
+        op: Some(op),
+    })
+}
+
+/// One raw attempt: POST `body` to `endpoint`.
+pub(crate) async fn raw(
+    pki: &Pki,
+    endpoint: &str,
+    body: Bytes,
+) -> Result<v1::Reply, TransportError> {
+    let budgets = budgets();
+    let transport = HttpsTransport::with_credentials(&budgets, &pki.credentials(TOKEN));
+    let deadline = Instant::now() + budgets.call;
+    let bytes = transport.send(endpoint, body, deadline).await?;
+    Ok(decode_reply(&bytes).unwrap())
+}
+
+/// The error kind of a reply, or `None` for a result.
+pub(crate) fn error_kind(reply: &v1::Reply) -> Option<v1::ErrorKind> {
+    match &reply.result {
+        Some(v1::reply::Result::Error(e)) => Some(e.kind()),
+        _ => None,
+    }
+}
+
+pub(crate) fn root() -> v1::FileId {
+    v1::FileId {
+        ino: worker::ROOT_INO,
+        inode_generation: worker::ROOT_GENERATION,
+    }
+}
+
+pub(crate) fn getattr(file: v1::FileId) -> Op {
+    Op::Getattr(v1::GetattrRequest {
+        file: Some(file),
+        handle: None,
+    })
+}
+
+pub(crate) fn mkdir(parent: v1::FileId, name: &str) -> Op {
+    Op::Mkdir(v1::MkdirRequest {
+        parent: Some(parent),
+        name: name.as_bytes().to_vec(),
+        mode: 0o755,
+        umask: 0o022,
+        caller: None,
+    })
+}
+
+pub(crate) fn create(parent: v1::FileId, name: &str) -> Op {
+    Op::Create(v1::CreateRequest {
+        parent: Some(parent),
+        name: name.as_bytes().to_vec(),
+        mode: 0o644,
+        umask: 0o022,
+        flags: libc::O_RDWR as u32,
+        caller: None,
+    })
+}
+
+pub(crate) fn lookup(parent: v1::FileId, name: &str) -> Op {
+    Op::Lookup(v1::LookupRequest {
+        parent: Some(parent),
+        name: name.as_bytes().to_vec(),
+    })
+}
+
+pub(crate) fn unlink(parent: v1::FileId, name: &str) -> Op {
+    Op::Unlink(v1::UnlinkRequest {
+        parent: Some(parent),
+        name: name.as_bytes().to_vec(),
+    })
+}
+
+pub(crate) fn claim(node: &str) -> Op {
+    Op::ClaimMount(v1::ClaimMountRequest {
+        node_id: node.to_owned(),
+    })
+}
+
+pub(crate) fn entry_of(result: &v1::reply::Result) -> v1::Entry {
+    match result {
+        v1::reply::Result::Lookup(e)
+        | v1::reply::Result::Getattr(e)
+        | v1::reply::Result::Mkdir(e)
+        | v1::reply::Result::Mknod(e)
+        | v1::reply::Result::Setattr(e)
+        | v1::reply::Result::Link(e)
+        | v1::reply::Result::Symlink(e) => *e,
+        v1::reply::Result::Create(c) => c.entry.unwrap(),
+        other => panic!("no entry in {other:?}"),
+    }
+}
+
+pub(crate) fn file_of(result: &v1::reply::Result) -> v1::FileId {
+    entry_of(result).file.unwrap()
+}
+
+pub(crate) fn epoch(byte: u8) -> MountEpoch {
+    MountEpoch([byte; 16])
+}
