@@ -13,8 +13,10 @@ pub use crate::protocol::Refusal;
 /// [`Busy`](Error::Busy), [`Rejected`](Error::Rejected)), and
 /// [`Uncertain`](Error::Uncertain), which only a re-send of the same prepared call can
 /// settle. [`Error::is_definite`] tells them apart.
+///
+/// Deliberately not `#[non_exhaustive]`: the filesystem maps each variant to an errno with an
+/// exhaustive `match`, and a new variant must force that decision.
 #[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
 pub enum Error {
     /// The operating system's random source failed.
     #[error("cannot draw random bytes: {reason}")]

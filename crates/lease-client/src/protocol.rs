@@ -32,6 +32,9 @@ pub const MAX_MESSAGE_BYTES: usize = MAX_DATA_BYTES + (256 << 10);
 /// The inode number of every volume's root directory.
 pub const ROOT_INO: u64 = 1;
 
+/// The inode generation of the volume root; it never changes.
+pub const ROOT_INODE_GENERATION: u64 = 1;
+
 /// The 16 random bytes that name one logical call; every retry repeats them.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct RequestId(pub [u8; 16]);
@@ -404,9 +407,8 @@ fn check_data_len(len: usize) -> Result<(), ProtocolError> {
 }
 
 /// A definite refusal from the worker: the operation was not applied and never will be under
-/// this request ID.
+/// this request ID. Not `#[non_exhaustive]`, for the same reason as [`crate::Error`].
 #[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
 pub enum Refusal {
     /// The file system refused with this Linux errno (positive; not yet clamped).
     Errno(i32),

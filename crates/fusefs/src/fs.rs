@@ -1,0 +1,771 @@
+//! The filesystem's logic: each kernel request becomes one or more protocol calls. No FUSE
+//! session is needed to use it; the fuse3 adapter only forwards to it.
+
+use std::collections::{HashMap, VecDeque};
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use bytes::Bytes;
+use fuse3::raw::reply::{
+    DirectoryEntry, DirectoryEntryPlus, ReplyAttr, ReplyCreated, ReplyData, ReplyEntry, ReplyOpen,
+    ReplyStatFs, ReplyWrite,
+};
+use fuse3::{FileType, SetAttr};
+use lease_client::protocol::{FileId, MAX_DATA_BYTES, ROOT_INO};
+use lease_client::v1::reply::Result as ReplyResult;
+use lease_client::v1::request::Op;
+use lease_client::v1::{self, set_time};
+
+use crate::attr::{file_attr, kind_of_entry, timestamp};
+use crate::errno::{Errno, errno_of};
+use crate::nodes::Nodes;
+use crate::service::FileService;
+
+/// `FOPEN_DIRECT_IO`: the kernel sends every read and write to us, caching nothing.
+const FOPEN_DIRECT_IO: u32 = 1 << 0;
+/// Lifetime of every entry, attribute and negative entry the kernel may cache: none, so that a
+/// write through another mount is visible at once.
+pub const TTL: Duration = Duration::ZERO;
+/// How many interrupts are remembered for requests that have not started yet.
+const MAX_PENDING_INTERRUPTS: usize = 1024;
+
+/// Who asks: the kernel's request ID (for interrupts) and the caller's credentials.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Caller {
+    /// The kernel's unique request ID.
+    pub unique: u64,
+    /// The caller's user ID.
+    pub uid: u32,
+    /// The caller's group ID.
+    pub gid: u32,
+}
+
+/// Tunables of the filesystem.
+#[derive(Clone, Copy, Debug)]
+pub struct FsConfig {
+    /// The inode generation of the volume root on the workers.
+    pub root_generation: u64,
+    /// How many entries one readdir call asks a worker for.
+    pub readdir_batch: u32,
+    /// How often open handles are renewed until a worker states its handle lease.
+    pub default_handle_renewal: Duration,
+}
+
+impl Default for FsConfig {
+    fn default() -> Self {
+        FsConfig {
+            root_generation: lease_client::protocol::ROOT_INODE_GENERATION,
+            readdir_batch: 256,
+            default_handle_renewal: Duration::from_secs(10),
+        }
+    }
+}
+
+/// The filesystem of one mounted volume.
+#[derive(Debug)]
+pub struct Fs<S> {
+    service: S,
+    config: FsConfig,
+    nodes: Mutex<Nodes>,
+    /// Open worker handles (the FUSE file handle *is* the worker's handle) and their files.
+    handles: Mutex<HashMap<u64, FileId>>,
+    /// The handle lease the workers last stated.
+    handle_lease: Mutex<Option<Duration>>,
+    /// Interrupts for requests that have not been sent yet.
+    interrupts: Mutex<VecDeque<u64>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Takes the expected result out of a reply, or `EIO` for a reply to another operation (which
+/// the client already refuses; this is the last line).
+macro_rules! expect {
+    ($result:expr, $variant:ident) => {
+        match $result {
+            ReplyResult::$variant(value) => value,
+            other => {
+                tracing::error!(
+                    found = other.name(),
+                    expected = stringify!($variant),
+                    "unexpected reply"
+                );
+                return Err(Errno::clamped(libc::EIO));
+            }
+        }
+    };
+}
+
+impl<S: FileService> Fs<S> {
+    /// A filesystem that sends its calls to `service`.
+    pub fn new(service: S, config: FsConfig) -> Self {
+        Fs {
+            service,
+            nodes: Mutex::new(Nodes::new(config.root_generation)),
+            config,
+            handles: Mutex::new(HashMap::new()),
+            handle_lease: Mutex::new(None),
+            interrupts: Mutex::new(VecDeque::new()),
+        }
+    }
+
+    /// The file service.
+    pub fn service(&self) -> &S {
+        &self.service
+    }
+
+    /// How many nodes the kernel holds (the root included).
+    pub fn node_count(&self) -> usize {
+        lock(&self.nodes).len()
+    }
+
+    /// How many handles are open.
+    pub fn open_handles(&self) -> usize {
+        lock(&self.handles).len()
+    }
+
+    fn file(&self, node: u64) -> Result<FileId, Errno> {
+        lock(&self.nodes)
+            .file(node)
+            .ok_or(Errno::clamped(libc::ESTALE))
+    }
+
+    /// Sends `op` on behalf of `caller`, unless the kernel interrupted the request before it
+    /// could be sent. Once sent, a call runs to its outcome: an `EINTR` after sending would
+    /// invite the application to repeat a mutation under a new request ID.
+    async fn call(&self, caller: Caller, op: Op) -> Result<ReplyResult, Errno> {
+        {
+            let mut interrupts = lock(&self.interrupts);
+            if let Some(at) = interrupts.iter().position(|u| *u == caller.unique) {
+                interrupts.remove(at);
+                return Err(Errno::clamped(libc::EINTR));
+            }
+        }
+        let name = op.name();
+        self.service.call(op).await.map_err(|error| {
+            let errno = errno_of(&error);
+            tracing::debug!(operation = name, errno = errno.raw(), %error, "call failed");
+            errno
+        })
+    }
+
+    /// The kernel interrupts request `unique`. Honoured only if it has not been sent yet.
+    pub fn interrupt(&self, unique: u64) {
+        let mut interrupts = lock(&self.interrupts);
+        if interrupts.len() == MAX_PENDING_INTERRUPTS {
+            interrupts.pop_front();
+        }
+        interrupts.push_back(unique);
+    }
+
+    fn entry(&self, entry: v1::Entry) -> Result<ReplyEntry, Errno> {
+        let (Some(file), Some(attr)) = (entry.file, entry.attr) else {
+            return Err(Errno::clamped(libc::EIO));
+        };
+        let file = FileId::from(file);
+        lock(&self.nodes).looked_up(file);
+        Ok(ReplyEntry {
+            ttl: TTL,
+            attr: file_attr(file.ino, &attr),
+            generation: file.inode_generation,
+        })
+    }
+
+    fn attr(node: u64, entry: v1::Entry) -> Result<ReplyAttr, Errno> {
+        let attr = entry.attr.ok_or(Errno::clamped(libc::EIO))?;
+        Ok(ReplyAttr {
+            ttl: TTL,
+            attr: file_attr(node, &attr),
+        })
+    }
+
+    fn caller_of(caller: Caller) -> Option<v1::Caller> {
+        Some(v1::Caller {
+            uid: caller.uid,
+            gid: caller.gid,
+        })
+    }
+
+    /// LOOKUP.
+    pub async fn lookup(
+        &self,
+        caller: Caller,
+        parent: u64,
+        name: &OsStr,
+    ) -> Result<ReplyEntry, Errno> {
+        let parent = self.file(parent)?;
+        let op = Op::Lookup(v1::LookupRequest {
+            parent: Some(parent.into()),
+            name: name.as_bytes().to_vec(),
+        });
+        self.entry(expect!(self.call(caller, op).await?, Lookup))
+    }
+
+    /// FORGET (and each item of BATCH_FORGET).
+    pub fn forget(&self, node: u64, count: u64) {
+        lock(&self.nodes).forget(node, count);
+    }
+
+    /// GETATTR.
+    pub async fn getattr(
+        &self,
+        caller: Caller,
+        node: u64,
+        fh: Option<u64>,
+    ) -> Result<ReplyAttr, Errno> {
+        let file = self.file(node)?;
+        let op = Op::Getattr(v1::GetattrRequest {
+            file: Some(file.into()),
+            handle: fh,
+        });
+        Self::attr(node, expect!(self.call(caller, op).await?, Getattr))
+    }
+
+    /// SETATTR: mode, owner, size and times, each only when asked for.
+    pub async fn setattr(
+        &self,
+        caller: Caller,
+        node: u64,
+        fh: Option<u64>,
+        set: SetAttr,
+    ) -> Result<ReplyAttr, Errno> {
+        let file = self.file(node)?;
+        let time = |t: Option<fuse3::Timestamp>| {
+            t.map(|t| v1::SetTime {
+                time: Some(set_time::Time::At(timestamp(t))),
+            })
+        };
+        let op = Op::Setattr(v1::SetattrRequest {
+            file: Some(file.into()),
+            handle: fh,
+            mode: set.mode.map(|m| m & 0o7777),
+            uid: set.uid,
+            gid: set.gid,
+            size: set.size,
+            atime: time(set.atime),
+            mtime: time(set.mtime),
+        });
+        Self::attr(node, expect!(self.call(caller, op).await?, Setattr))
+    }
+
+    /// READLINK.
+    pub async fn readlink(&self, caller: Caller, node: u64) -> Result<ReplyData, Errno> {
+        let file = self.file(node)?;
+        let op = Op::Readlink(v1::ReadlinkRequest {
+            file: Some(file.into()),
+        });
+        let reply = expect!(self.call(caller, op).await?, Readlink);
+        Ok(ReplyData {
+            data: Bytes::from(reply.target),
+        })
+    }
+
+    /// SYMLINK.
+    pub async fn symlink(
+        &self,
+        caller: Caller,
+        parent: u64,
+        name: &OsStr,
+        target: &OsStr,
+    ) -> Result<ReplyEntry, Errno> {
+        let parent = self.file(parent)?;
+        let op = Op::Symlink(v1::SymlinkRequest {
+            parent: Some(parent.into()),
+            name: name.as_bytes().to_vec(),
+            target: target.as_bytes().to_vec(),
+            caller: Self::caller_of(caller),
+        });
+        self.entry(expect!(self.call(caller, op).await?, Symlink))
+    }
+
+    /// MKNOD. The kernel has applied the umask already.
+    pub async fn mknod(
+        &self,
+        caller: Caller,
+        parent: u64,
+        name: &OsStr,
+        mode: u32,
+        rdev: u32,
+    ) -> Result<ReplyEntry, Errno> {
+        let parent = self.file(parent)?;
+        let op = Op::Mknod(v1::MknodRequest {
+            parent: Some(parent.into()),
+            name: name.as_bytes().to_vec(),
+            mode,
+            umask: 0,
+            rdev: u64::from(rdev),
+            caller: Self::caller_of(caller),
+        });
+        self.entry(expect!(self.call(caller, op).await?, Mknod))
+    }
+
+    /// MKDIR.
+    pub async fn mkdir(
+        &self,
+        caller: Caller,
+        parent: u64,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+    ) -> Result<ReplyEntry, Errno> {
+        let parent = self.file(parent)?;
+        let op = Op::Mkdir(v1::MkdirRequest {
+            parent: Some(parent.into()),
+            name: name.as_bytes().to_vec(),
+            mode,
+            umask,
+            caller: Self::caller_of(caller),
+        });
+        self.entry(expect!(self.call(caller, op).await?, Mkdir))
+    }
+
+    /// UNLINK.
+    pub async fn unlink(&self, caller: Caller, parent: u64, name: &OsStr) -> Result<(), Errno> {
+        let parent = self.file(parent)?;
+        let op = Op::Unlink(v1::UnlinkRequest {
+            parent: Some(parent.into()),
+            name: name.as_bytes().to_vec(),
+        });
+        expect!(self.call(caller, op).await?, Unlink);
+        Ok(())
+    }
+
+    /// RMDIR.
+    pub async fn rmdir(&self, caller: Caller, parent: u64, name: &OsStr) -> Result<(), Errno> {
+        let parent = self.file(parent)?;
+        let op = Op::Rmdir(v1::RmdirRequest {
+            parent: Some(parent.into()),
+            name: name.as_bytes().to_vec(),
+        });
+        expect!(self.call(caller, op).await?, Rmdir);
+        Ok(())
+    }
+
+    /// RENAME and RENAME2 (`flags` as renameat2 takes them).
+    pub async fn rename(
+        &self,
+        caller: Caller,
+        parent: u64,
+        name: &OsStr,
+        new_parent: u64,
+        new_name: &OsStr,
+        flags: u32,
+    ) -> Result<(), Errno> {
+        let (parent, new_parent) = (self.file(parent)?, self.file(new_parent)?);
+        let op = Op::Rename(v1::RenameRequest {
+            parent: Some(parent.into()),
+            name: name.as_bytes().to_vec(),
+            new_parent: Some(new_parent.into()),
+            new_name: new_name.as_bytes().to_vec(),
+            flags,
+        });
+        expect!(self.call(caller, op).await?, Rename);
+        Ok(())
+    }
+
+    /// LINK.
+    pub async fn link(
+        &self,
+        caller: Caller,
+        node: u64,
+        new_parent: u64,
+        new_name: &OsStr,
+    ) -> Result<ReplyEntry, Errno> {
+        let (file, new_parent) = (self.file(node)?, self.file(new_parent)?);
+        let op = Op::Link(v1::LinkRequest {
+            file: Some(file.into()),
+            new_parent: Some(new_parent.into()),
+            new_name: new_name.as_bytes().to_vec(),
+        });
+        self.entry(expect!(self.call(caller, op).await?, Link))
+    }
+
+    fn opened(&self, file: FileId, handle: u64, lease_ms: u64) {
+        lock(&self.handles).insert(handle, file);
+        if lease_ms > 0 {
+            *lock(&self.handle_lease) = Some(Duration::from_millis(lease_ms));
+        }
+    }
+
+    /// OPEN: every file is opened for direct I/O.
+    pub async fn open(&self, caller: Caller, node: u64, flags: u32) -> Result<ReplyOpen, Errno> {
+        let file = self.file(node)?;
+        let op = Op::Open(v1::OpenRequest {
+            file: Some(file.into()),
+            flags,
+        });
+        let reply = expect!(self.call(caller, op).await?, Open);
+        self.opened(file, reply.handle, reply.handle_lease_ms);
+        Ok(ReplyOpen {
+            fh: reply.handle,
+            flags: FOPEN_DIRECT_IO,
+        })
+    }
+
+    /// CREATE: create and open in one call.
+    pub async fn create(
+        &self,
+        caller: Caller,
+        parent: u64,
+        name: &OsStr,
+        mode: u32,
+        flags: u32,
+    ) -> Result<ReplyCreated, Errno> {
+        let parent = self.file(parent)?;
+        let op = Op::Create(v1::CreateRequest {
+            parent: Some(parent.into()),
+            name: name.as_bytes().to_vec(),
+            mode,
+            umask: 0,
+            flags,
+            caller: Self::caller_of(caller),
+        });
+        let reply = expect!(self.call(caller, op).await?, Create);
+        let entry = self.entry(reply.entry.ok_or(Errno::clamped(libc::EIO))?)?;
+        let file = FileId {
+            ino: entry.attr.ino,
+            inode_generation: entry.generation,
+        };
+        self.opened(file, reply.handle, reply.handle_lease_ms);
+        Ok(ReplyCreated {
+            ttl: TTL,
+            attr: entry.attr,
+            generation: entry.generation,
+            fh: reply.handle,
+            flags: FOPEN_DIRECT_IO,
+        })
+    }
+
+    /// READ: split into requests of at most 1 MiB, in order; a short read ends it.
+    pub async fn read(
+        &self,
+        caller: Caller,
+        node: u64,
+        fh: u64,
+        offset: u64,
+        size: u32,
+    ) -> Result<ReplyData, Errno> {
+        let file = self.file(node)?;
+        let mut data = Vec::new();
+        let mut remaining = size as usize;
+        while remaining > 0 {
+            let chunk = remaining.min(MAX_DATA_BYTES);
+            let op = Op::Read(v1::ReadRequest {
+                file: Some(file.into()),
+                handle: fh,
+                offset: offset.saturating_add(data.len() as u64),
+                size: chunk as u32,
+            });
+            let reply = expect!(self.call(caller, op).await?, Read);
+            let got = reply.data.len();
+            if got > chunk {
+                return Err(Errno::clamped(libc::EIO));
+            }
+            data.extend_from_slice(&reply.data);
+            remaining -= got;
+            if got < chunk {
+                break;
+            }
+        }
+        Ok(ReplyData {
+            data: Bytes::from(data),
+        })
+    }
+
+    /// WRITE: split into requests of at most 1 MiB, in order, with no promise that a larger
+    /// write is applied as one; a short write ends it.
+    pub async fn write(
+        &self,
+        caller: Caller,
+        node: u64,
+        fh: u64,
+        offset: u64,
+        data: &[u8],
+        flags: u32,
+    ) -> Result<ReplyWrite, Errno> {
+        let file = self.file(node)?;
+        let mut written = 0usize;
+        for chunk in data.chunks(MAX_DATA_BYTES) {
+            let op = Op::Write(v1::WriteRequest {
+                file: Some(file.into()),
+                handle: fh,
+                offset: offset.saturating_add(written as u64),
+                data: Bytes::copy_from_slice(chunk),
+                flags,
+            });
+            let reply = expect!(self.call(caller, op).await?, Write);
+            let n = reply.written as usize;
+            if n > chunk.len() {
+                return Err(Errno::clamped(libc::EIO));
+            }
+            written += n;
+            if n < chunk.len() {
+                break;
+            }
+        }
+        Ok(ReplyWrite {
+            written: u32::try_from(written).unwrap_or(u32::MAX),
+        })
+    }
+
+    /// FLUSH.
+    pub async fn flush(
+        &self,
+        caller: Caller,
+        node: u64,
+        fh: u64,
+        lock_owner: u64,
+    ) -> Result<(), Errno> {
+        let file = self.file(node)?;
+        let op = Op::Flush(v1::FlushRequest {
+            file: Some(file.into()),
+            handle: fh,
+            lock_owner,
+        });
+        expect!(self.call(caller, op).await?, Flush);
+        Ok(())
+    }
+
+    /// FSYNC.
+    pub async fn fsync(
+        &self,
+        caller: Caller,
+        node: u64,
+        fh: u64,
+        datasync: bool,
+    ) -> Result<(), Errno> {
+        let file = self.file(node)?;
+        let op = Op::Fsync(v1::FsyncRequest {
+            file: Some(file.into()),
+            handle: fh,
+            datasync,
+        });
+        expect!(self.call(caller, op).await?, Fsync);
+        Ok(())
+    }
+
+    /// RELEASE: the handle is forgotten here whatever the worker answers (the kernel will not
+    /// use it again; the worker reclaims it when its lease ends).
+    pub async fn release(
+        &self,
+        caller: Caller,
+        node: u64,
+        fh: u64,
+        flags: u32,
+    ) -> Result<(), Errno> {
+        let file = lock(&self.handles).remove(&fh);
+        let file = match file {
+            Some(file) => file,
+            None => self.file(node)?,
+        };
+        let op = Op::Release(v1::ReleaseRequest {
+            file: Some(file.into()),
+            handle: fh,
+            flags,
+        });
+        expect!(self.call(caller, op).await?, Release);
+        Ok(())
+    }
+
+    /// STATFS.
+    pub async fn statfs(&self, caller: Caller) -> Result<ReplyStatFs, Errno> {
+        let reply = expect!(
+            self.call(caller, Op::Statfs(v1::StatfsRequest {})).await?,
+            Statfs
+        );
+        Ok(ReplyStatFs {
+            blocks: reply.blocks,
+            bfree: reply.blocks_free,
+            bavail: reply.blocks_available,
+            files: reply.files,
+            ffree: reply.files_free,
+            bsize: reply.block_size,
+            namelen: reply.name_max,
+            frsize: reply.fragment_size,
+        })
+    }
+
+    /// One worker readdir batch after FUSE offset `offset`: `.` and `..` take the FUSE offsets
+    /// 1 and 2, and the worker's cookie `c` is FUSE offset `c + 2`.
+    async fn readdir_batch(
+        &self,
+        caller: Caller,
+        dir: FileId,
+        offset: u64,
+        plus: bool,
+    ) -> Result<(Vec<v1::DirEntry>, bool), Errno> {
+        let op = Op::Readdir(v1::ReaddirRequest {
+            dir: Some(dir.into()),
+            handle: None,
+            offset: offset.saturating_sub(2),
+            max_entries: self.config.readdir_batch,
+            plus,
+        });
+        let reply = expect!(self.call(caller, op).await?, Readdir);
+        Ok((reply.entries, reply.end))
+    }
+
+    fn fuse_offset(cookie: u64) -> Result<i64, Errno> {
+        cookie
+            .checked_add(2)
+            .and_then(|o| i64::try_from(o).ok())
+            .ok_or(Errno::clamped(libc::EIO))
+    }
+
+    /// READDIR from FUSE offset `offset`: one worker batch (the kernel asks again for more).
+    pub async fn readdir(
+        &self,
+        caller: Caller,
+        node: u64,
+        offset: u64,
+    ) -> Result<Vec<DirectoryEntry>, Errno> {
+        let dir = self.file(node)?;
+        let mut out = Vec::new();
+        for (at, name) in [(0u64, "."), (1, "..")] {
+            if offset <= at {
+                out.push(DirectoryEntry {
+                    inode: dir.ino,
+                    kind: FileType::Directory,
+                    name: name.into(),
+                    offset: at as i64 + 1,
+                });
+            }
+        }
+        let (entries, _end) = self
+            .readdir_batch(caller, dir, offset.max(2), false)
+            .await?;
+        for e in entries {
+            let ino = e.file.map_or(0, |f| f.ino);
+            out.push(DirectoryEntry {
+                inode: ino,
+                kind: kind_of_entry(e.file_type),
+                name: OsStr::from_bytes(&e.name).to_owned(),
+                offset: Self::fuse_offset(e.next_offset)?,
+            });
+        }
+        Ok(out)
+    }
+
+    /// READDIRPLUS from FUSE offset `offset`: entries with attributes. Each entry the kernel
+    /// takes counts as a lookup (except `.` and `..`); the caller reports those with
+    /// [`Fs::delivered`], because the kernel may take fewer entries than were read.
+    pub async fn readdirplus(
+        &self,
+        caller: Caller,
+        node: u64,
+        offset: u64,
+    ) -> Result<Vec<DirectoryEntryPlus>, Errno> {
+        let dir = self.file(node)?;
+        let mut out = Vec::new();
+        if offset < 2 {
+            let attr = self.getattr(caller, node, None).await?.attr;
+            for (at, name) in [(0u64, "."), (1, "..")] {
+                if offset <= at {
+                    out.push(DirectoryEntryPlus {
+                        inode: dir.ino,
+                        generation: dir.inode_generation,
+                        kind: FileType::Directory,
+                        name: name.into(),
+                        offset: at as i64 + 1,
+                        attr,
+                        entry_ttl: TTL,
+                        attr_ttl: TTL,
+                    });
+                }
+            }
+        }
+        let (entries, _end) = self.readdir_batch(caller, dir, offset.max(2), true).await?;
+        for e in entries {
+            let (Some(file), Some(attr)) = (e.file, e.attr) else {
+                return Err(Errno::clamped(libc::EIO));
+            };
+            let file = FileId::from(file);
+            out.push(DirectoryEntryPlus {
+                inode: file.ino,
+                generation: file.inode_generation,
+                kind: kind_of_entry(e.file_type),
+                name: OsStr::from_bytes(&e.name).to_owned(),
+                offset: Self::fuse_offset(e.next_offset)?,
+                attr: file_attr(file.ino, &attr),
+                entry_ttl: TTL,
+                attr_ttl: TTL,
+            });
+        }
+        Ok(out)
+    }
+
+    /// The kernel took `entry` from a READDIRPLUS reply: it now holds one lookup of it.
+    pub fn delivered(&self, entry: &DirectoryEntryPlus) {
+        if entry.name != "." && entry.name != ".." {
+            let file = FileId {
+                ino: entry.inode,
+                inode_generation: entry.generation,
+            };
+            lock(&self.nodes).looked_up(file);
+        }
+    }
+
+    /// Renews every open handle in one call and forgets those the worker says expired.
+    /// Returns how long to wait before the next renewal (a third of the handle lease).
+    pub async fn renew_handles(&self) -> Result<Duration, Errno> {
+        let handles: Vec<u64> = lock(&self.handles).keys().copied().collect();
+        let default = self.config.default_handle_renewal;
+        if handles.is_empty() {
+            return Ok(lock(&self.handle_lease).map_or(default, |lease| lease / 3));
+        }
+        let caller = Caller {
+            unique: 0,
+            uid: 0,
+            gid: 0,
+        };
+        let reply = expect!(
+            self.call(
+                caller,
+                Op::RenewHandles(v1::RenewHandlesRequest { handles })
+            )
+            .await?,
+            RenewHandles
+        );
+        {
+            let mut open = lock(&self.handles);
+            for expired in &reply.expired {
+                open.remove(expired);
+            }
+        }
+        if !reply.expired.is_empty() {
+            tracing::warn!(
+                count = reply.expired.len(),
+                "open handles expired on the worker"
+            );
+        }
+        let lease = Duration::from_millis(reply.handle_lease_ms);
+        if reply.handle_lease_ms > 0 {
+            *lock(&self.handle_lease) = Some(lease);
+            return Ok(lease / 3);
+        }
+        Ok(default)
+    }
+
+    /// Renews open handles for as long as the future is polled.
+    pub async fn run_handle_renewal(&self) {
+        let mut wait = self.config.default_handle_renewal;
+        loop {
+            tokio::time::sleep(wait).await;
+            wait = match self.renew_handles().await {
+                Ok(next) => next,
+                Err(errno) => {
+                    tracing::warn!(errno = errno.raw(), "renewing open handles failed");
+                    self.config
+                        .default_handle_renewal
+                        .min(Duration::from_secs(1))
+                }
+            };
+        }
+    }
+}
+
+/// The node ID the kernel uses for the volume root.
+pub const ROOT_NODE: u64 = ROOT_INO;

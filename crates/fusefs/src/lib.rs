@@ -1,0 +1,61 @@
+//! The replicated volume's FUSE filesystem.
+//!
+//! Applications see a replicated volume as an ordinary directory. Every kernel request becomes
+//! one or more calls of the worker protocol ([`lease_client`]), which attaches the volume's
+//! identity, a request ID and the mount epoch, and which owns the call budget, retries and
+//! endpoint choice. The crate has two layers:
+//!
+//! - [`Fs`], a plain type with one async method per FUSE operation. It keeps the kernel's node
+//!   table (node ID = the worker's inode number, FUSE generation = the worker's inode
+//!   generation, so nothing depends on this process's memory), open handles and their renewal,
+//!   and maps every failure to an errno with one exhaustive function ([`errno_of`]), clamped to
+//!   the range the kernel accepts. It is tested without `/dev/fuse`.
+//! - [`FuseAdapter`], the fuse3 `Filesystem` implementation: each method forwards to `Fs`.
+//!
+//! [`mount`] mounts a volume as root without a helper binary (filesystem type
+//! `fuse.tak-os-replicated`, source = the volume ID, `default_permissions`, `allow_other`,
+//! direct I/O on every open, zero entry and attribute lifetimes, 1 MiB per read or write
+//! request). [`Mounted::unmount`] refuses while bind mounts of the volume remain and checks the
+//! mount's identity before unmounting; [`abort_connection`] is for a connection known dead.
+//!
+//! What the filesystem supports and why is in `SEMANTICS.md` beside this crate.
+//!
+//! What it does not do: it does not claim or renew the mount lease (the node's mount owner does,
+//! with [`lease_client::MountLease`]), it caches nothing, and it has no locks or shared mmap.
+//!
+//! # Example
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! use fusefs::{Fs, FsConfig};
+//!
+//! # async fn example<T: lease_client::Transport>(client: lease_client::Client<T>) -> Result<(), Box<dyn std::error::Error>> {
+//! // `client` was built for the volume (and, for RWO, carries the epoch of a claimed lease).
+//! let fs = Arc::new(Fs::new(client, FsConfig::default()));
+//! let renewal = tokio::spawn({
+//!     let fs = Arc::clone(&fs);
+//!     async move { fs.run_handle_renewal().await }
+//! });
+//! let mounted = fusefs::mount(fs, "v1.volume", std::path::Path::new("/staging/path")).await?;
+//! // ... later, after every bind of it is gone:
+//! mounted.unmount(std::time::Duration::from_secs(15)).await?;
+//! renewal.abort();
+//! # Ok(())
+//! # }
+//! ```
+
+#![deny(missing_docs)]
+
+mod adapter;
+mod attr;
+mod errno;
+mod fs;
+mod mount;
+mod nodes;
+mod service;
+
+pub use adapter::FuseAdapter;
+pub use errno::{Errno, MAX_ERRNO, errno_of};
+pub use fs::{Caller, Fs, FsConfig, ROOT_NODE, TTL};
+pub use mount::{FS_TYPE, MountError, Mounted, SUBTYPE, abort_connection, mount};
+pub use service::FileService;

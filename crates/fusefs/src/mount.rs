@@ -1,0 +1,222 @@
+//! Mounting a volume's filesystem, and taking it down without ever unmounting the wrong thing.
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use fuse3::MountOptions;
+use fuse3::raw::{MountHandle, Session};
+use rustix::fs::{AtFlags, StatxFlags};
+
+use crate::adapter::FuseAdapter;
+use crate::fs::Fs;
+use crate::service::FileService;
+
+/// The FUSE subtype: mountinfo shows the filesystem type `fuse.tak-os-replicated`.
+pub const SUBTYPE: &str = "tak-os-replicated";
+/// The filesystem type as mountinfo shows it.
+pub const FS_TYPE: &str = "fuse.tak-os-replicated";
+
+/// Why a mount or unmount did not happen.
+#[derive(Debug, thiserror::Error)]
+pub enum MountError {
+    /// The kernel refused the mount.
+    #[error("mounting volume {volume_id} at {path:?} failed")]
+    Mount {
+        /// The volume.
+        volume_id: String,
+        /// The mount point.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: io::Error,
+    },
+    /// Other mounts (bind mounts of this one) still use the FUSE connection: unmounting now
+    /// would block until they are gone.
+    #[error("volume {volume_id} at {path:?} is still mounted at {others:?}; unmount those first")]
+    StillReferenced {
+        /// The volume.
+        volume_id: String,
+        /// This mount point.
+        path: PathBuf,
+        /// The other mount points of the same connection.
+        others: Vec<PathBuf>,
+    },
+    /// What is mounted at the path is not this volume's FUSE mount.
+    #[error("{path:?} does not hold volume {volume_id}'s mount (found {found})")]
+    NotOurs {
+        /// The volume.
+        volume_id: String,
+        /// The mount point.
+        path: PathBuf,
+        /// What is there instead.
+        found: String,
+    },
+    /// A system call failed.
+    #[error("{op} {path:?} failed")]
+    Io {
+        /// The operation.
+        op: &'static str,
+        /// The path.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: io::Error,
+    },
+}
+
+/// A mounted volume.
+///
+/// Dropping it leaves the mount and its session running (the process that owns the FUSE
+/// connection must outlive the mount); [`Mounted::unmount`] takes it down.
+#[derive(Debug)]
+pub struct Mounted {
+    /// `None` once unmounted.
+    handle: Option<MountHandle>,
+    path: PathBuf,
+    volume_id: String,
+    device: (u32, u32),
+}
+
+/// Mounts `fs` at `path` (an existing empty directory) as volume `volume_id`: fs name = the
+/// volume ID, subtype `tak-os-replicated`, `default_permissions` and `allow_other`. Must be
+/// called from within a tokio runtime, as root (no helper binary is used).
+pub async fn mount<S: FileService>(
+    fs: Arc<Fs<S>>,
+    volume_id: &str,
+    path: &Path,
+) -> Result<Mounted, MountError> {
+    let mut options = MountOptions::default();
+    options
+        .fs_name(volume_id)
+        .allow_other(true)
+        .default_permissions(true)
+        .custom_options(format!("subtype={SUBTYPE}"));
+    let handle = Session::new(options)
+        .mount(FuseAdapter::new(fs), path)
+        .await
+        .map_err(|source| MountError::Mount {
+            volume_id: volume_id.to_owned(),
+            path: path.to_owned(),
+            source,
+        })?;
+    let device = mount_device(path)?;
+    Ok(Mounted {
+        handle: Some(handle),
+        path: path.to_owned(),
+        volume_id: volume_id.to_owned(),
+        device,
+    })
+}
+
+/// The device of the mount at `path`, learned without sending the filesystem a request
+/// (`AT_STATX_DONT_SYNC` on the mount root answers from the kernel's cache).
+fn mount_device(path: &Path) -> Result<(u32, u32), MountError> {
+    let stx = rustix::fs::statx(
+        rustix::fs::CWD,
+        path,
+        AtFlags::SYMLINK_NOFOLLOW | AtFlags::STATX_DONT_SYNC,
+        StatxFlags::BASIC_STATS,
+    )
+    .map_err(|e| MountError::Io {
+        op: "statx",
+        path: path.to_owned(),
+        source: e.into(),
+    })?;
+    Ok((stx.stx_dev_major, stx.stx_dev_minor))
+}
+
+impl Mounted {
+    /// The mount point.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The volume.
+    pub fn volume_id(&self) -> &str {
+        &self.volume_id
+    }
+
+    /// The FUSE connection's device (`0:N`); `N` names its fusectl directory.
+    pub fn device(&self) -> (u32, u32) {
+        self.device
+    }
+
+    /// Unmounts after checking that the mount at the path is this volume's FUSE mount and that
+    /// no other mount (a bind of it) still uses the connection, then waits for the session to
+    /// end, at most `wait`.
+    pub async fn unmount(mut self, wait: Duration) -> Result<(), MountError> {
+        let path = self.path.clone();
+        let io = |op, source| MountError::Io {
+            op,
+            path: path.clone(),
+            source,
+        };
+        let bytes = mountinfo::read_self().map_err(|e| io("read the mount table for", e))?;
+        let table = mountinfo::MountTable::parse(&bytes)
+            .map_err(|e| io("parse the mount table for", io::Error::other(e.to_string())))?;
+        let ours = |m: &&mountinfo::Mount<'_>| (m.major(), m.minor()) == self.device;
+        match table.by_mount_point(&self.path) {
+            Some(m)
+                if ours(&m) && m.fs_type() == FS_TYPE && m.source() == self.volume_id.as_str() => {}
+            Some(m) => {
+                return Err(MountError::NotOurs {
+                    volume_id: self.volume_id.clone(),
+                    path: self.path.clone(),
+                    found: format!(
+                        "{} {}:{} {}",
+                        m.fs_type().to_string_lossy(),
+                        m.major(),
+                        m.minor(),
+                        m.source().to_string_lossy()
+                    ),
+                });
+            }
+            None => {
+                return Err(MountError::NotOurs {
+                    volume_id: self.volume_id.clone(),
+                    path: self.path.clone(),
+                    found: "nothing".to_owned(),
+                });
+            }
+        }
+        let others: Vec<PathBuf> = table
+            .iter()
+            .filter(ours)
+            .map(|m| m.mount_point().to_owned())
+            .filter(|p| *p != self.path)
+            .collect();
+        if !others.is_empty() {
+            return Err(MountError::StillReferenced {
+                volume_id: self.volume_id.clone(),
+                path: self.path.clone(),
+                others,
+            });
+        }
+        rustix::mount::unmount(&self.path, rustix::mount::UnmountFlags::NOFOLLOW)
+            .map_err(|e| io("unmount", e.into()))?;
+        // The session ends when the kernel closes the connection; the handle's own unmount is
+        // then a no-op because its task has finished.
+        if let Some(handle) = self.handle.take() {
+            let _ = tokio::time::timeout(wait, handle).await;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        // fuse3's handle would unmount by path, unchecked, when dropped: never let it. The
+        // session task goes on serving the mount.
+        if let Some(handle) = self.handle.take() {
+            std::mem::forget(handle);
+        }
+    }
+}
+
+/// Aborts a FUSE connection through fusectl (`/sys/fs/fuse/connections/<minor>/abort`). Only for
+/// a connection already known to be dead: every pending and future request fails.
+pub fn abort_connection(minor: u32) -> io::Result<()> {
+    std::fs::write(format!("/sys/fs/fuse/connections/{minor}/abort"), b"1")
+}

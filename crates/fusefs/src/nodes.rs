@@ -1,0 +1,131 @@
+//! The kernel's view of the worker's files: node IDs, their inode generations and lookup
+//! counts.
+//!
+//! A FUSE node ID *is* the worker's inode number (the volume root is inode 1 on the worker and
+//! node 1 in FUSE), and the FUSE generation is the worker's inode generation. Nothing here is a
+//! per-process counter or an address, so another process holding the same table could answer
+//! the same kernel connection.
+
+use std::collections::HashMap;
+
+use lease_client::protocol::{FileId, ROOT_INO};
+
+/// A known node: its inode generation and how many lookups the kernel holds on it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Node {
+    inode_generation: u64,
+    lookups: u64,
+}
+
+/// The nodes the kernel knows about.
+#[derive(Debug)]
+pub(crate) struct Nodes {
+    nodes: HashMap<u64, Node>,
+}
+
+impl Nodes {
+    /// A table holding only the root, which the kernel never forgets.
+    pub(crate) fn new(root_generation: u64) -> Self {
+        let root = Node {
+            inode_generation: root_generation,
+            lookups: 1,
+        };
+        Nodes {
+            nodes: HashMap::from([(ROOT_INO, root)]),
+        }
+    }
+
+    /// The worker file behind a node ID, if the kernel may use that ID.
+    pub(crate) fn file(&self, node: u64) -> Option<FileId> {
+        self.nodes.get(&node).map(|n| FileId {
+            ino: node,
+            inode_generation: n.inode_generation,
+        })
+    }
+
+    /// Records one more kernel lookup of `file` (a reply that hands the kernel an entry).
+    ///
+    /// A new inode generation for a known number means the worker reused the number: the
+    /// kernel will see the new generation and treat it as another file, so the count restarts.
+    pub(crate) fn looked_up(&mut self, file: FileId) {
+        let node = self.nodes.entry(file.ino).or_insert(Node {
+            inode_generation: file.inode_generation,
+            lookups: 0,
+        });
+        if node.inode_generation != file.inode_generation {
+            *node = Node {
+                inode_generation: file.inode_generation,
+                lookups: 0,
+            };
+        }
+        node.lookups = node.lookups.saturating_add(1);
+    }
+
+    /// The kernel drops `count` lookups of `node`; the entry goes when none are left.
+    pub(crate) fn forget(&mut self, node: u64, count: u64) {
+        if node == ROOT_INO {
+            return;
+        }
+        if let Some(n) = self.nodes.get_mut(&node) {
+            n.lookups = n.lookups.saturating_sub(count);
+            if n.lookups == 0 {
+                self.nodes.remove(&node);
+            }
+        }
+    }
+
+    /// How many nodes are known (the root included).
+    pub(crate) fn len(&self) -> usize {
+        self.nodes.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lookups_count_up_and_forget_counts_down() {
+        let mut nodes = Nodes::new(1);
+        let file = FileId {
+            ino: 42,
+            inode_generation: 7,
+        };
+        nodes.looked_up(file);
+        nodes.looked_up(file);
+        assert_eq!(nodes.file(42), Some(file));
+        nodes.forget(42, 1);
+        assert_eq!(nodes.file(42), Some(file));
+        nodes.forget(42, 1);
+        assert_eq!(nodes.file(42), None);
+        nodes.forget(ROOT_INO, 100);
+        assert_eq!(
+            nodes.file(ROOT_INO),
+            Some(FileId {
+                ino: ROOT_INO,
+                inode_generation: 1
+            })
+        );
+        assert_eq!(nodes.len(), 1);
+    }
+
+    #[test]
+    fn a_reused_inode_number_restarts_the_count() {
+        let mut nodes = Nodes::new(1);
+        nodes.looked_up(FileId {
+            ino: 9,
+            inode_generation: 1,
+        });
+        nodes.looked_up(FileId {
+            ino: 9,
+            inode_generation: 1,
+        });
+        nodes.looked_up(FileId {
+            ino: 9,
+            inode_generation: 2,
+        });
+        assert_eq!(nodes.file(9).map(|f| f.inode_generation), Some(2));
+        nodes.forget(9, 1);
+        assert_eq!(nodes.file(9), None, "the new generation had one lookup");
+    }
+}
