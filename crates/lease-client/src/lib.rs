@@ -1,35 +1,93 @@
-//! The client side of the TAK-OS worker protocol: the wire messages, an HTTPS transport with
-//! call budgets, retries and endpoint rotation, and the RWO mount lease.
+//! The client side of the TAK-OS worker protocol: the wire messages, an HTTPS client that
+//! keeps each logical call within its budget, and the RWO mount lease.
 //!
-//! - [`v1`] holds the `takos.worker.v1` messages generated from `proto/worker.proto` (checked
-//!   in; a test fails when regenerating would change them). [`protocol`] adds typed identities
-//!   ([`protocol::RequestId`], [`protocol::MountEpoch`], [`protocol::VolumeGeneration`],
-//!   [`protocol::FileId`]), the limits, and encoding and never-panicking decoding for both
-//!   ends of the wire.
+//! - **Protocol.** [`v1`] holds the `takos.worker.v1` messages generated from
+//!   `proto/worker.proto` (checked in; a test fails when regenerating would change them).
+//!   [`protocol`] adds typed identities ([`protocol::RequestId`], [`protocol::MountEpoch`],
+//!   [`protocol::VolumeGeneration`], [`protocol::FileId`]), the limits, the HTTP path and
+//!   content type, and encoding and never-panicking decoding for both ends of the wire.
+//! - **Calls.** A [`Client`] serves one volume. Each logical call is encoded once
+//!   ([`PreparedCall`]) and every attempt sends the identical bytes and request ID. The
+//!   decisions (attempt deadlines, jittered backoff, rotation among the staged endpoints on
+//!   transport failure, hints followed only when they name a staged endpoint, and the
+//!   [`Error::Uncertain`] outcome when the budget ends after an attempt that may have been
+//!   delivered) are a pure state machine, [`policy::CallPolicy`]. At most
+//!   [`Budgets::max_in_flight`] calls run at once; the next caller waits inside its own
+//!   budget and fails with [`Error::Busy`] when it ends.
+//! - **Transport.** [`HttpsTransport`] speaks HTTP/2 (or HTTP/1.1) over TLS 1.3 with a client
+//!   certificate and a bearer token, verifying the worker against a CA bundle that may hold
+//!   several certificates. [`Credentials`] are swapped while calls are in flight. The
+//!   [`Transport`] trait is the network boundary; the `testing` feature adds a stateful fake
+//!   worker group with fault injection (`testing::FakeTransport`).
+//! - **Mount lease.** [`MountLease`] claims, renews and releases an RWO volume's lease and
+//!   spawns the renewal task ([`RenewalTask`]), whose timing is the pure
+//!   [`RenewalSchedule`]. A release has its own budget and ends
+//!   [`ReleaseOutcome::Deferred`] when it cannot finish.
+//! - **Metrics** go through the `metrics` facade; [`metrics`] lists the names and labels.
 //!
-//! What this crate does not do: serve the protocol (that is the worker's job), read
-//! credentials from anywhere (callers hand it a snapshot), or install a metrics exporter.
+//! Every duration is configuration ([`Budgets`], [`LeaseConfig`]) with the protocol's
+//! defaults, and `scaled` shortens them all for tests while keeping their proportions.
+//!
+//! What this crate does not do: serve the protocol (the worker does), read credentials from
+//! anywhere (callers hand it PEM), persist the session record (the `session` crate does),
+//! map errors to errnos or gRPC statuses (each caller's boundary does), or install a metrics
+//! recorder. It never retries an uncertain call under a new request ID on its own.
 //!
 //! # Example
 //!
-//! ```
-//! use lease_client::protocol::{self, FileId, RequestId, ROOT_INO};
-//! use lease_client::v1;
+//! Claim an RWO volume's lease, keep it renewed, and make a file call under its epoch:
 //!
-//! let request = v1::Request {
-//!     volume_id: "vol-a".into(),
-//!     volume_generation: 1,
-//!     request_id: RequestId([7; 16]).0.to_vec(),
-//!     mount_epoch: Vec::new(),
-//!     access_mode: v1::AccessMode::Rwx.into(),
-//!     op: Some(v1::request::Op::Getattr(v1::GetattrRequest {
-//!         file: Some(FileId { ino: ROOT_INO, inode_generation: 0 }.into()),
-//!         handle: None,
-//!     })),
+//! ```no_run
+//! use lease_client::protocol::{AccessMode, FileId, MountEpoch, ROOT_INO, VolumeGeneration};
+//! use lease_client::v1::{self, request::Op};
+//! use lease_client::{
+//!     Budgets, Client, ClientConfig, Credentials, EndpointSet, HttpsTransport, LeaseConfig,
+//!     LeaseStatus, MountLease, ReleaseOutcome,
 //! };
-//! let body = protocol::encode_request(&request);
-//! let decoded = protocol::decode_request(&body).unwrap();
-//! assert_eq!(decoded.op.name(), "getattr");
+//!
+//! # async fn run(token: &str, ca: &[u8], cert: &[u8], key: &[u8]) -> Result<(), lease_client::Error> {
+//! let budgets = Budgets::default();
+//! let credentials = Credentials::from_pem(token, ca, cert, key)?;
+//! let client = Client::new(
+//!     ClientConfig {
+//!         volume_id: "vol-1".into(),
+//!         volume_generation: VolumeGeneration(4),
+//!         access_mode: AccessMode::Rwo,
+//!         endpoints: EndpointSet::new(["w1.example:7443", "w2.example:7443"])?,
+//!         budgets,
+//!     },
+//!     HttpsTransport::with_credentials(&budgets, &credentials),
+//! );
+//!
+//! // The epoch is written to the session record (durably) before the claim is sent.
+//! let lease = MountLease::new(&client, MountEpoch::random()?, "node-a", LeaseConfig::default());
+//! let claim = lease.prepare_claim()?;
+//! let grant = lease.claim(&claim).await?; // after Error::Uncertain: send `claim` again
+//! let mut renewal = lease.spawn_renewal(grant);
+//!
+//! // File calls go through the lease's client, which stamps the epoch.
+//! let getattr = Op::Getattr(v1::GetattrRequest {
+//!     file: Some(FileId { ino: ROOT_INO, inode_generation: 0 }.into()),
+//!     handle: None,
+//! });
+//! match lease.client().call(getattr).await? {
+//!     v1::reply::Result::Getattr(entry) => println!("root mode {:o}", entry.attr.unwrap_or_default().mode),
+//!     other => println!("unexpected {}", other.name()),
+//! }
+//!
+//! // Credentials rotate without dropping calls in flight.
+//! lease.client().transport().set_credentials(&credentials.with_token("next-token")?);
+//!
+//! // Later: either the lease is lost (stop using the volume) or the volume is unstaged.
+//! if let LeaseStatus::Lost(reason) = renewal.status() {
+//!     println!("lease lost: {reason:?}");
+//! }
+//! renewal.stop().await;
+//! if let ReleaseOutcome::Deferred { error } = lease.release().await {
+//!     println!("release deferred, the lease will expire: {error}");
+//! }
+//! # Ok(())
+//! # }
 //! ```
 #![deny(missing_docs)]
 

@@ -1,10 +1,32 @@
 //! The worker wire protocol: typed identities, limits, encoding and decoding.
 //!
-//! The messages themselves are the generated [`v1`](crate::v1) types. This module adds what
+//! The messages themselves are the generated `crate::v1` types. This module adds what
 //! both ends need around them: fixed-size identities ([`RequestId`], [`MountEpoch`]),
 //! [`VolumeGeneration`] and [`FileId`], the HTTP path and content type, the size limits, and
 //! encoding and decoding functions that validate the envelope and never panic, whatever the
 //! bytes.
+//!
+//! ```
+//! use lease_client::protocol::{self, AccessMode, FileId, RequestId, ROOT_INO};
+//! use lease_client::v1;
+//!
+//! let request = v1::Request {
+//!     volume_id: "vol-a".into(),
+//!     volume_generation: 1,
+//!     request_id: RequestId([7; 16]).0.to_vec(),
+//!     mount_epoch: Vec::new(),
+//!     access_mode: AccessMode::Rwx.into(),
+//!     op: Some(v1::request::Op::Getattr(v1::GetattrRequest {
+//!         file: Some(FileId { ino: ROOT_INO, inode_generation: 0 }.into()),
+//!         handle: None,
+//!     })),
+//! };
+//! let body = protocol::encode_request(&request);
+//! let decoded = protocol::decode_request(&body).unwrap();
+//! assert_eq!(decoded.op.name(), "getattr");
+//! assert_eq!(decoded.request_id, RequestId([7; 16]));
+//! assert!(protocol::decode_request(b"\xff garbage").is_err());
+//! ```
 
 use std::fmt;
 use std::time::Duration;

@@ -44,7 +44,7 @@ pub enum TransportError {
 
 /// Sends one attempt of a call to one endpoint. The network boundary of the client: the
 /// real implementation is [`HttpsTransport`]; tests use the stateful fake in
-/// [`testing`](crate::testing).
+/// `testing` module (feature `testing`).
 pub trait Transport: Send + Sync + 'static {
     /// POSTs `body` to `endpoint` (`host:port`) and returns the reply body of an HTTP 200.
     /// The caller abandons the future at `deadline`; an implementation may also stop there.
