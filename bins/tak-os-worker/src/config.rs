@@ -218,6 +218,20 @@ mod tests {
     }
 
     #[test]
+    fn help_documents_a_loopback_run() {
+        use clap::CommandFactory as _;
+        let help = Cli::command().render_long_help().to_string();
+        for needle in [
+            "RUNNING ON LOOPBACK",
+            "openssl req -x509",
+            "IP:127.0.0.1",
+            "--follow",
+        ] {
+            assert!(help.contains(needle), "--help lacks {needle:?}");
+        }
+    }
+
+    #[test]
     fn flags_parse() {
         let cli = Cli::try_parse_from([
             "tak-os-worker",
