@@ -17,10 +17,6 @@ use lease_client::protocol::VolumeGeneration;
 use lease_client::v1;
 use lease_client::v1::request::Op;
 use lease_client::{Budgets, Client, ClientConfig, Credentials, EndpointSet, HttpsTransport};
-use rcgen::{
-    BasicConstraints, CertificateParams, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
-    KeyUsagePurpose,
-};
 use worker::{AccessMode, Config, Server, SystemClock, TlsMaterial, Tokens, VolumeSpec};
 
 const TOKEN: &str = "bench-token";
@@ -63,33 +59,8 @@ fn summarize(mut latencies: Vec<Duration>, elapsed: Duration) -> Cell {
 }
 
 fn certificates() -> (TlsMaterial, Credentials) {
-    let ca_key = KeyPair::generate().unwrap();
-    let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca.key_usages = vec![KeyUsagePurpose::KeyCertSign];
-    let ca_cert = ca.self_signed(&ca_key).unwrap();
-    let issuer = Issuer::new(ca, ca_key);
-    let server_key = KeyPair::generate().unwrap();
-    let mut server = CertificateParams::new(vec!["127.0.0.1".to_owned()]).unwrap();
-    server.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
-    let server_cert = server.signed_by(&server_key, &issuer).unwrap();
-    let client_key = KeyPair::generate().unwrap();
-    let mut client = CertificateParams::new(Vec::<String>::new()).unwrap();
-    client.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
-    let client_cert = client.signed_by(&client_key, &issuer).unwrap();
-    let tls = TlsMaterial {
-        cert_chain_pem: server_cert.pem().into_bytes(),
-        key_pem: server_key.serialize_pem().into_bytes(),
-        client_ca_pem: ca_cert.pem().into_bytes(),
-    };
-    let credentials = Credentials::from_pem(
-        TOKEN,
-        ca_cert.pem().as_bytes(),
-        client_cert.pem().as_bytes(),
-        client_key.serialize_pem().as_bytes(),
-    )
-    .unwrap();
-    (tls, credentials)
+    let pki = worker::testing::Pki::generate("bench").unwrap();
+    (pki.tls(), pki.credentials(TOKEN).unwrap())
 }
 
 struct Target {

@@ -74,6 +74,8 @@ pub mod lease;
 mod meta;
 mod server;
 mod sys;
+#[cfg(feature = "testing")]
+pub mod testing;
 mod tls;
 mod volume;
 

@@ -246,7 +246,7 @@ async fn a_wrong_token_certificate_or_ca_is_refused() {
     let wrong_token = client(&pki, &spec, &endpoint, budgets());
     wrong_token
         .transport()
-        .set_credentials(&pki.credentials("not-the-token"));
+        .set_credentials(&credentials(&pki, "not-the-token"));
     let error = wrong_token.call(getattr(root())).await.unwrap_err();
     assert!(matches!(error, Error::Unauthorized { .. }), "{error:?}");
 
@@ -325,7 +325,7 @@ async fn token_rotation_under_load_loses_no_call() {
     tokio::time::sleep(Duration::from_millis(100)).await;
     client
         .transport()
-        .set_credentials(&pki.credentials("rotated-token"));
+        .set_credentials(&credentials(&pki, "rotated-token"));
     tokio::time::sleep(Duration::from_millis(100)).await;
     server.tokens().replace(["rotated-token"]);
     tokio::time::sleep(Duration::from_millis(200)).await;

@@ -8,16 +8,9 @@ use lease_client::protocol::{MountEpoch, VolumeGeneration, decode_reply, encode_
 use lease_client::v1;
 use lease_client::v1::request::Op;
 use lease_client::{
-    Budgets, Client, ClientConfig, Credentials, EndpointSet, HttpsTransport, Transport as _,
-    TransportError,
+    Budgets, Client, ClientConfig, EndpointSet, HttpsTransport, Transport as _, TransportError,
 };
-use rcgen::{
-    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
-    KeyUsagePurpose,
-};
-use worker::{
-    AccessMode, Clock, Config, Role, Server, SystemClock, Timings, TlsMaterial, Tokens, VolumeSpec,
-};
+use worker::{AccessMode, Clock, Config, Role, Server, SystemClock, Timings, Tokens, VolumeSpec};
 
 /// Every duration in these tests is the default times this factor.
 pub(crate) const SCALE: f64 = 0.1;
@@ -31,67 +24,15 @@ pub(crate) fn budgets() -> Budgets {
     Budgets::default().scaled(SCALE)
 }
 
-/// A CA with a server certificate for 127.0.0.1/localhost and a client certificate.
-#[derive(Clone)]
-pub(crate) struct Pki {
-    pub(crate) ca_pem: String,
-    pub(crate) server_pem: String,
-    pub(crate) server_key: String,
-    pub(crate) client_pem: String,
-    pub(crate) client_key: String,
-}
+pub(crate) use worker::testing::Pki;
 
 pub(crate) fn pki(name: &str) -> Pki {
-    let ca_key = KeyPair::generate().unwrap();
-    let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca.distinguished_name
-        .push(DnType::CommonName, format!("{name} test CA"));
-    ca.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
-    let ca_cert = ca.self_signed(&ca_key).unwrap();
-    let issuer = Issuer::new(ca, ca_key);
-
-    let server_key = KeyPair::generate().unwrap();
-    let mut server =
-        CertificateParams::new(vec!["localhost".to_owned(), "127.0.0.1".to_owned()]).unwrap();
-    server.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
-    let server_cert = server.signed_by(&server_key, &issuer).unwrap();
-
-    let client_key = KeyPair::generate().unwrap();
-    let mut client = CertificateParams::new(Vec::<String>::new()).unwrap();
-    client
-        .distinguished_name
-        .push(DnType::CommonName, format!("{name} node"));
-    client.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
-    let client_cert = client.signed_by(&client_key, &issuer).unwrap();
-
-    Pki {
-        ca_pem: ca_cert.pem(),
-        server_pem: server_cert.pem(),
-        server_key: server_key.serialize_pem(),
-        client_pem: client_cert.pem(),
-        client_key: client_key.serialize_pem(),
-    }
+    Pki::generate(name).unwrap()
 }
 
-impl Pki {
-    pub(crate) fn tls(&self) -> TlsMaterial {
-        TlsMaterial {
-            cert_chain_pem: self.server_pem.clone().into_bytes(),
-            key_pem: self.server_key.clone().into_bytes(),
-            client_ca_pem: self.ca_pem.clone().into_bytes(),
-        }
-    }
-
-    pub(crate) fn credentials(&self, token: &str) -> Credentials {
-        Credentials::from_pem(
-            token,
-            self.ca_pem.as_bytes(),
-            self.client_pem.as_bytes(),
-            self.client_key.as_bytes(),
-        )
-        .unwrap()
-    }
+/// The test token's credentials.
+pub(crate) fn credentials(pki: &Pki, token: &str) -> lease_client::Credentials {
+    pki.credentials(token).unwrap()
 }
 
 pub(crate) fn rwo(id: &str) -> VolumeSpec {
@@ -172,7 +113,7 @@ pub(crate) fn client(
     };
     Client::new(
         config,
-        HttpsTransport::with_credentials(&budgets, &pki.credentials(TOKEN)),
+        HttpsTransport::with_credentials(&budgets, &credentials(pki, TOKEN)),
     )
 }
 
@@ -195,7 +136,7 @@ pub(crate) async fn raw(
     body: Bytes,
 ) -> Result<v1::Reply, TransportError> {
     let budgets = budgets();
-    let transport = HttpsTransport::with_credentials(&budgets, &pki.credentials(TOKEN));
+    let transport = HttpsTransport::with_credentials(&budgets, &credentials(pki, TOKEN));
     let deadline = Instant::now() + budgets.call;
     let bytes = transport.send(endpoint, body, deadline).await?;
     Ok(decode_reply(&bytes).unwrap())

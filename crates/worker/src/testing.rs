@@ -1,0 +1,121 @@
+//! Test support for crates that test against the reference worker: a throwaway PKI and a
+//! leader on loopback. Behind the `testing` feature; never for production.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use lease_client::Credentials;
+use rcgen::{
+    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
+    KeyUsagePurpose,
+};
+
+use crate::{
+    AccessMode, Config, Error, Server, SystemClock, Timings, TlsMaterial, Tokens, VolumeSpec,
+};
+
+/// A CA with a server certificate for `127.0.0.1`/`localhost` and a client certificate, all
+/// PEM.
+#[derive(Clone)]
+pub struct Pki {
+    /// The CA certificate.
+    pub ca_pem: String,
+    /// The server certificate.
+    pub server_pem: String,
+    /// The server key.
+    pub server_key: String,
+    /// The client certificate.
+    pub client_pem: String,
+    /// The client key.
+    pub client_key: String,
+}
+
+impl std::fmt::Debug for Pki {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pki").finish_non_exhaustive()
+    }
+}
+
+/// Why a test PKI could not be made.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot generate the test PKI")]
+pub struct PkiError(#[from] rcgen::Error);
+
+impl Pki {
+    /// A fresh PKI whose names mention `name`.
+    pub fn generate(name: &str) -> Result<Pki, PkiError> {
+        let ca_key = KeyPair::generate()?;
+        let mut ca = CertificateParams::new(Vec::<String>::new())?;
+        ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        ca.distinguished_name
+            .push(DnType::CommonName, format!("{name} test CA"));
+        ca.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+        let ca_cert = ca.self_signed(&ca_key)?;
+        let issuer = Issuer::new(ca, ca_key);
+
+        let server_key = KeyPair::generate()?;
+        let mut server =
+            CertificateParams::new(vec!["localhost".to_owned(), "127.0.0.1".to_owned()])?;
+        server.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+        let server_cert = server.signed_by(&server_key, &issuer)?;
+
+        let client_key = KeyPair::generate()?;
+        let mut client = CertificateParams::new(Vec::<String>::new())?;
+        client
+            .distinguished_name
+            .push(DnType::CommonName, format!("{name} node"));
+        client.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        let client_cert = client.signed_by(&client_key, &issuer)?;
+
+        Ok(Pki {
+            ca_pem: ca_cert.pem(),
+            server_pem: server_cert.pem(),
+            server_key: server_key.serialize_pem(),
+            client_pem: client_cert.pem(),
+            client_key: client_key.serialize_pem(),
+        })
+    }
+
+    /// The worker's TLS material.
+    pub fn tls(&self) -> TlsMaterial {
+        TlsMaterial {
+            cert_chain_pem: self.server_pem.clone().into_bytes(),
+            key_pem: self.server_key.clone().into_bytes(),
+            client_ca_pem: self.ca_pem.clone().into_bytes(),
+        }
+    }
+
+    /// A client's credentials with `token`.
+    pub fn credentials(&self, token: &str) -> Result<Credentials, lease_client::Error> {
+        Credentials::from_pem(
+            token,
+            self.ca_pem.as_bytes(),
+            self.client_pem.as_bytes(),
+            self.client_key.as_bytes(),
+        )
+    }
+}
+
+/// A volume spec with generation 1.
+pub fn volume(id: &str, access_mode: AccessMode) -> VolumeSpec {
+    VolumeSpec {
+        volume_id: id.to_owned(),
+        volume_generation: 1,
+        access_mode,
+    }
+}
+
+/// Starts a leader on `127.0.0.1:0` serving `volumes` from `state_dir`, accepting `token`, with
+/// `timings`.
+pub async fn leader(
+    pki: &Pki,
+    state_dir: &Path,
+    volumes: &[VolumeSpec],
+    token: &str,
+    timings: Timings,
+) -> Result<Server, Error> {
+    let mut config = Config::new(([127, 0, 0, 1], 0).into(), state_dir, pki.tls());
+    config.timings = timings;
+    config.volumes = volumes.to_vec();
+    Server::start(config, Tokens::new([token]), Arc::new(SystemClock)).await
+}
