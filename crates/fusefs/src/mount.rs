@@ -194,8 +194,18 @@ impl Mounted {
                 others,
             });
         }
-        rustix::mount::unmount(&self.path, rustix::mount::UnmountFlags::NOFOLLOW)
-            .map_err(|e| io("unmount", e.into()))?;
+        // A file closed a moment ago may still hold the mount while the kernel sends its
+        // RELEASE in the background: EBUSY for that short while is retried, within `wait`.
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            match rustix::mount::unmount(&self.path, rustix::mount::UnmountFlags::NOFOLLOW) {
+                Ok(()) => break,
+                Err(rustix::io::Errno::BUSY) if tokio::time::Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                Err(e) => return Err(io("unmount", e.into())),
+            }
+        }
         // The session ends when the kernel closes the connection; the handle's own unmount is
         // then a no-op because its task has finished.
         if let Some(handle) = self.handle.take() {
