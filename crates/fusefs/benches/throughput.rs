@@ -1,0 +1,975 @@
+//! Sequential and random I/O and small-file metadata through (a) fusefs and the reference
+//! worker over loopback TLS, (b) the worker's backing directory directly (the floor) and
+//! (c) sshfs over loopback with its caches off (the peer users compare with), in one run,
+//! interleaved a, b, c, a, b, c, ... and reported as medians with the issue's targets.
+//!
+//! ```text
+//! cargo bench -p fusefs --bench throughput
+//! ```
+//!
+//! Needs root (it mounts in a private mount namespace of its own; without the privilege it
+//! prints SKIPPED and exits 0) and `/dev/fuse`. `benches/setup-sshfs.sh` installs sshfs and
+//! openssh-server when missing. The peer is a private `sshd -D -e -f <own config>` on
+//! 127.0.0.1 with a generated host key and authorized key in the run's temporary directory; the
+//! system's sshd and keys are never touched. Every mount lives in the private namespace and
+//! every child (sshd, sshfs) is ended by its PID before the run returns.
+//!
+//! Each round measures, per target: a 1 MiB-block sequential write with `fsync` before close;
+//! a cold (`sync`, `drop_caches`) 1 MiB-block sequential read of that file; cold random 4 KiB
+//! `pread`s in it; then create (with a 100-byte write), `lstat` and unlink of many small files.
+//!
+//! Environment (defaults are the issue's figures): `BENCH_SIZE_MIB` (1024), `BENCH_ROUNDS` (3),
+//! `BENCH_FILES` (10000), `BENCH_RANDOM_READS` (2000), `BENCH_RUNTIME_THREADS` (the tokio
+//! worker threads that serve both the FUSE session and the worker; 4), `TMPDIR` (where the
+//! worker's state, the sshfs export and the mount points go).
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::print_stdout,
+    clippy::print_stderr
+)]
+
+use std::collections::BTreeMap;
+use std::fs::{self, File, OpenOptions};
+use std::future::Future;
+use std::io::{Read as _, Write as _};
+use std::net::{Ipv4Addr, TcpListener, TcpStream};
+use std::os::unix::fs::FileExt as _;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use fusefs::{FileService, Fs, FsConfig, Mounted};
+use lease_client::protocol::VolumeGeneration;
+use lease_client::v1::reply::Result as ReplyResult;
+use lease_client::v1::request::Op;
+use lease_client::{Budgets, Client, ClientConfig, EndpointSet, HttpsTransport};
+use worker::testing::{Pki, leader, volume};
+use worker::{AccessMode, Server, Timings};
+
+const TOKEN: &str = "fusefs-bench-token";
+const VOLUME: &str = "v1.fusefs-bench";
+const MIB: usize = 1 << 20;
+const PAGE: usize = 4 << 10;
+const SMALL_FILE: &[u8] = &[b'x'; 100];
+const SEQ_FILE: &str = "sequential.bin";
+
+fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
+    match std::env::var(name) {
+        Ok(v) => v
+            .parse()
+            .unwrap_or_else(|_| panic!("{name}={v} is not a valid value")),
+        Err(_) => default,
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Settings {
+    size_mib: usize,
+    rounds: usize,
+    files: usize,
+    random_reads: usize,
+    runtime_threads: usize,
+}
+
+impl Settings {
+    fn from_env() -> Settings {
+        Settings {
+            size_mib: env_or("BENCH_SIZE_MIB", 1024),
+            rounds: env_or("BENCH_ROUNDS", 3),
+            files: env_or("BENCH_FILES", 10_000),
+            random_reads: env_or("BENCH_RANDOM_READS", 2_000),
+            runtime_threads: env_or("BENCH_RUNTIME_THREADS", 4),
+        }
+    }
+}
+
+/// A small deterministic generator for offsets and incompressible data (xorshift64*).
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+}
+
+/// Count and total latency of the worker calls fusefs made, by operation.
+#[derive(Debug, Default)]
+struct CallStats(Mutex<BTreeMap<&'static str, (u64, Duration)>>);
+
+impl CallStats {
+    fn add(&self, op: &'static str, took: Duration) {
+        let mut map = self.0.lock().unwrap();
+        let entry = map.entry(op).or_default();
+        entry.0 += 1;
+        entry.1 += took;
+    }
+
+    fn take(&self) -> BTreeMap<&'static str, (u64, Duration)> {
+        std::mem::take(&mut *self.0.lock().unwrap())
+    }
+}
+
+/// The lease-client `Client` with each call timed, to tell the time spent in worker calls (TLS,
+/// the worker, the disk) from the time spent in the kernel and the FUSE session.
+#[derive(Debug)]
+struct Timed<S> {
+    inner: S,
+    stats: Arc<CallStats>,
+}
+
+impl<S: FileService> FileService for Timed<S> {
+    fn call(
+        &self,
+        op: Op,
+    ) -> impl Future<Output = Result<ReplyResult, lease_client::Error>> + Send {
+        let name = op.name();
+        let call = self.inner.call(op);
+        async move {
+            let began = Instant::now();
+            let result = call.await;
+            self.stats.add(name, began.elapsed());
+            result
+        }
+    }
+}
+
+/// One phase of a workload as fusefs ran it: user-level operations, wall time, worker calls.
+#[derive(Debug)]
+struct Phase {
+    name: &'static str,
+    ops: usize,
+    wall: Duration,
+    calls: BTreeMap<&'static str, (u64, Duration)>,
+}
+
+/// Collects phases for target (a); does nothing for the others.
+struct Probe<'a> {
+    stats: Option<&'a CallStats>,
+    phases: Vec<Phase>,
+}
+
+impl Probe<'_> {
+    fn start(&self) {
+        if let Some(stats) = self.stats {
+            stats.take();
+        }
+    }
+
+    fn end(&mut self, name: &'static str, ops: usize, wall: Duration) {
+        if let Some(stats) = self.stats {
+            self.phases.push(Phase {
+                name,
+                ops,
+                wall,
+                calls: stats.take(),
+            });
+        }
+    }
+}
+
+/// Writes dirty pages back and empties the page cache, so that the next read comes from disk.
+/// Returns false when the kernel refuses (the read is then warm, and the report says so).
+fn drop_caches() -> bool {
+    rustix::fs::sync();
+    fs::write("/proc/sys/vm/drop_caches", b"3").is_ok()
+}
+
+fn mib_per_s(bytes: usize, elapsed: Duration) -> f64 {
+    bytes as f64 / MIB as f64 / elapsed.as_secs_f64()
+}
+
+/// Writes `size_mib` blocks of 1 MiB to a new file, then fsyncs and closes it: MiB/s.
+fn sequential_write(dir: &Path, size_mib: usize, block: &mut [u8], probe: &mut Probe<'_>) -> f64 {
+    let path = dir.join(SEQ_FILE);
+    rustix::fs::sync();
+    probe.start();
+    let started = Instant::now();
+    let mut file = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&path)
+        .unwrap();
+    for i in 0..size_mib {
+        block[..8].copy_from_slice(&(i as u64).to_le_bytes());
+        file.write_all(block).unwrap();
+    }
+    file.sync_all().unwrap();
+    drop(file);
+    let elapsed = started.elapsed();
+    probe.end("sequential write + fsync", size_mib, elapsed);
+    mib_per_s(size_mib * MIB, elapsed)
+}
+
+/// Reads the file back in 1 MiB blocks, checking each block's number: MiB/s.
+fn sequential_read(dir: &Path, size_mib: usize, block: &mut [u8], probe: &mut Probe<'_>) -> f64 {
+    let path = dir.join(SEQ_FILE);
+    probe.start();
+    let started = Instant::now();
+    let mut file = File::open(&path).unwrap();
+    let mut total = 0usize;
+    let mut blocks = 0u64;
+    loop {
+        // Fill one 1 MiB block; a read may return less than asked.
+        let mut filled = 0;
+        while filled < block.len() {
+            match file.read(&mut block[filled..]).unwrap() {
+                0 => break,
+                n => filled += n,
+            }
+        }
+        if filled == 0 {
+            break;
+        }
+        assert_eq!(
+            block[..8],
+            blocks.to_le_bytes(),
+            "block {blocks} of {path:?} is not what was written"
+        );
+        total += filled;
+        blocks += 1;
+    }
+    drop(file);
+    let elapsed = started.elapsed();
+    probe.end("sequential read", size_mib, elapsed);
+    assert_eq!(total, size_mib * MIB, "short read of {path:?}");
+    mib_per_s(total, elapsed)
+}
+
+struct Latencies {
+    ops_per_s: f64,
+    p50_ms: f64,
+    p99_ms: f64,
+}
+
+/// `reads` 4 KiB `pread`s at random page-aligned offsets of the file, one at a time.
+fn random_reads(
+    dir: &Path,
+    size_mib: usize,
+    reads: usize,
+    seed: u64,
+    probe: &mut Probe<'_>,
+) -> Latencies {
+    let path = dir.join(SEQ_FILE);
+    let pages = (size_mib * MIB / PAGE) as u64;
+    let mut rng = Rng(seed | 1);
+    let mut raw = vec![0u8; 2 * PAGE];
+    let at = raw.as_ptr().align_offset(PAGE);
+    let buffer = &mut raw[at..at + PAGE];
+    let mut latencies = Vec::with_capacity(reads);
+    let file = File::open(&path).unwrap();
+    probe.start();
+    let started = Instant::now();
+    for _ in 0..reads {
+        let offset = rng.next() % pages * PAGE as u64;
+        let began = Instant::now();
+        file.read_exact_at(buffer, offset).unwrap();
+        latencies.push(began.elapsed());
+    }
+    let elapsed = started.elapsed();
+    probe.end("random 4 KiB read", reads, elapsed);
+    drop(file);
+    latencies.sort();
+    let at = |q: usize| latencies[(latencies.len() * q / 100).min(latencies.len() - 1)];
+    Latencies {
+        ops_per_s: reads as f64 / elapsed.as_secs_f64(),
+        p50_ms: at(50).as_secs_f64() * 1e3,
+        p99_ms: at(99).as_secs_f64() * 1e3,
+    }
+}
+
+/// Create (and write 100 bytes), lstat and unlink of `files` files: files per second of each
+/// phase and of the three together.
+fn metadata(dir: &Path, files: usize, probe: &mut Probe<'_>) -> [f64; 4] {
+    let root = dir.join("small");
+    fs::create_dir(&root).unwrap();
+    let paths: Vec<PathBuf> = (0..files).map(|i| root.join(format!("f{i:05}"))).collect();
+    let mut phase = |name: &'static str, op: &dyn Fn(&Path)| {
+        probe.start();
+        let started = Instant::now();
+        for path in &paths {
+            op(path);
+        }
+        let elapsed = started.elapsed();
+        probe.end(name, files, elapsed);
+        elapsed
+    };
+    let create = phase("create + 100 B write", &|path| {
+        let mut file = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(path)
+            .unwrap();
+        file.write_all(SMALL_FILE).unwrap();
+    });
+    let stat = phase("stat", &|path| {
+        let meta = fs::symlink_metadata(path).unwrap();
+        assert_eq!(meta.len(), SMALL_FILE.len() as u64);
+    });
+    let unlink = phase("unlink", &|path| fs::remove_file(path).unwrap());
+    fs::remove_dir(&root).unwrap();
+    let rate = |d: Duration| files as f64 / d.as_secs_f64();
+    [
+        rate(create),
+        rate(stat),
+        rate(unlink),
+        rate(create + stat + unlink),
+    ]
+}
+
+/// One round's figures for one target.
+#[derive(Clone, Copy, Debug, Default)]
+struct Figures {
+    write: f64,
+    read: f64,
+    random: f64,
+    random_p50: f64,
+    random_p99: f64,
+    create: f64,
+    stat: f64,
+    unlink: f64,
+    triple: f64,
+}
+
+fn run_workloads(
+    dir: &Path,
+    settings: &Settings,
+    round: usize,
+    cold: &mut bool,
+    probe: &mut Probe<'_>,
+) -> Figures {
+    // Page-aligned, as dd's buffers are: an unaligned 1 MiB buffer spans 257 pages, and the
+    // kernel (at most 256 pages per FUSE request) would send each block as two requests.
+    let mut raw = vec![0u8; MIB + PAGE];
+    let at = raw.as_ptr().align_offset(PAGE);
+    let block = &mut raw[at..at + MIB];
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    for chunk in block.chunks_mut(8) {
+        chunk.copy_from_slice(&rng.next().to_le_bytes()[..chunk.len()]);
+    }
+    let write = sequential_write(dir, settings.size_mib, block, probe);
+    *cold &= drop_caches();
+    let read = sequential_read(dir, settings.size_mib, block, probe);
+    *cold &= drop_caches();
+    let random = random_reads(
+        dir,
+        settings.size_mib,
+        settings.random_reads,
+        round as u64 + 1,
+        probe,
+    );
+    fs::remove_file(dir.join(SEQ_FILE)).unwrap();
+    let [create, stat, unlink, triple] = metadata(dir, settings.files, probe);
+    Figures {
+        write,
+        read,
+        random: random.ops_per_s,
+        random_p50: random.p50_ms,
+        random_p99: random.p99_ms,
+        create,
+        stat,
+        unlink,
+        triple,
+    }
+}
+
+/// The reference worker serving one RWX volume, and a fusefs mount of it.
+struct Replicated {
+    _state: tempfile::TempDir,
+    server: Option<Server>,
+    mounted: Option<Mounted>,
+    renewal: tokio::task::JoinHandle<()>,
+    backing: PathBuf,
+    stats: Arc<CallStats>,
+}
+
+impl Replicated {
+    async fn start(work: &Path) -> Replicated {
+        let state = tempfile::tempdir_in(work).unwrap();
+        let pki = Pki::generate("fusefs-bench").unwrap();
+        let spec = volume(VOLUME, AccessMode::Rwx);
+        let server = leader(
+            &pki,
+            &state.path().join("worker"),
+            std::slice::from_ref(&spec),
+            TOKEN,
+            Timings::default(),
+        )
+        .await
+        .unwrap();
+        let budgets = Budgets::default();
+        let client = Client::new(
+            ClientConfig {
+                volume_id: spec.volume_id.clone(),
+                volume_generation: VolumeGeneration(spec.volume_generation),
+                access_mode: spec.access_mode.to_wire(),
+                endpoints: EndpointSet::new([server.endpoint()]).unwrap(),
+                budgets,
+            },
+            HttpsTransport::with_credentials(&budgets, &pki.credentials(TOKEN).unwrap()),
+        );
+        let stats = Arc::new(CallStats::default());
+        let client = Timed {
+            inner: client,
+            stats: Arc::clone(&stats),
+        };
+        let fs = Arc::new(Fs::new(client, FsConfig::default()));
+        let renewal = tokio::spawn({
+            let fs = Arc::clone(&fs);
+            async move { fs.run_handle_renewal().await }
+        });
+        let mount_point = state.path().join("mnt");
+        fs::create_dir(&mount_point).unwrap();
+        let mounted = fusefs::mount(fs, VOLUME, &mount_point).await.unwrap();
+        let backing = state
+            .path()
+            .join("worker/volumes")
+            .join(VOLUME)
+            .join("data");
+        Replicated {
+            _state: state,
+            server: Some(server),
+            mounted: Some(mounted),
+            renewal,
+            backing,
+            stats,
+        }
+    }
+
+    fn mount_point(&self) -> &Path {
+        self.mounted.as_ref().unwrap().path()
+    }
+
+    async fn stop(mut self) {
+        self.renewal.abort();
+        if let Some(mounted) = self.mounted.take() {
+            mounted.unmount(Duration::from_secs(15)).await.unwrap();
+        }
+        if let Some(server) = self.server.take() {
+            server.stop().await;
+        }
+    }
+}
+
+/// A private sshd on 127.0.0.1 and an sshfs mount of a directory through it, both children of
+/// this process. Dropping it (on a panic, say) unmounts and ends both by PID.
+struct Sshfs {
+    dir: PathBuf,
+    mount_point: PathBuf,
+    sshd: Option<Child>,
+    sshfs: Option<Child>,
+    version: String,
+}
+
+fn run(command: &mut Command) -> Result<String, String> {
+    let out = command
+        .output()
+        .map_err(|e| format!("{command:?} did not start: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "{command:?} failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn mounted_type(path: &Path) -> Option<String> {
+    let bytes = mountinfo::read_self().ok()?;
+    let table = mountinfo::MountTable::parse(&bytes).ok()?;
+    table
+        .by_mount_point(path)
+        .map(|m| m.fs_type().to_string_lossy().into_owned())
+}
+
+/// The options that turn every sshfs cache off: no directory (name, attribute, symlink) cache,
+/// direct I/O (no page cache, no readahead), and zero kernel entry, attribute and negative-entry
+/// lifetimes: the same caching as fusefs, which is what "caches off" compares.
+const SSHFS_NO_CACHE: &str =
+    "dir_cache=no,direct_io,entry_timeout=0,attr_timeout=0,negative_timeout=0";
+
+impl Sshfs {
+    fn start(work: &Path) -> Result<Sshfs, String> {
+        let setup = Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/setup-sshfs.sh");
+        run(Command::new("bash").arg(&setup))?;
+        let dir = tempfile::tempdir_in(work)
+            .map_err(|e| e.to_string())?
+            .keep();
+        let mut sshfs = Sshfs {
+            mount_point: dir.join("mnt"),
+            dir,
+            sshd: None,
+            sshfs: None,
+            version: String::new(),
+        };
+        sshfs.start_children()?;
+        Ok(sshfs)
+    }
+
+    fn start_children(&mut self) -> Result<(), String> {
+        let dir = self.dir.clone();
+        let export = dir.join("export");
+        fs::create_dir(&export).map_err(|e| e.to_string())?;
+        fs::create_dir(&self.mount_point).map_err(|e| e.to_string())?;
+        for key in ["host_key", "id"] {
+            run(Command::new("ssh-keygen")
+                .args(["-q", "-t", "ed25519", "-N", "", "-C", "fusefs-bench", "-f"])
+                .arg(dir.join(key)))?;
+        }
+        fs::copy(dir.join("id.pub"), dir.join("authorized_keys")).map_err(|e| e.to_string())?;
+        let port = free_port();
+        let config = dir.join("sshd_config");
+        fs::write(
+            &config,
+            format!(
+                "Port {port}\n\
+                 ListenAddress 127.0.0.1\n\
+                 HostKey {host_key}\n\
+                 AuthorizedKeysFile {authorized}\n\
+                 PidFile none\n\
+                 PermitRootLogin prohibit-password\n\
+                 PubkeyAuthentication yes\n\
+                 PasswordAuthentication no\n\
+                 KbdInteractiveAuthentication no\n\
+                 UsePAM no\n\
+                 StrictModes no\n\
+                 Subsystem sftp /usr/lib/openssh/sftp-server\n",
+                host_key = dir.join("host_key").display(),
+                authorized = dir.join("authorized_keys").display(),
+            ),
+        )
+        .map_err(|e| e.to_string())?;
+        let log = File::create(dir.join("sshd.log")).map_err(|e| e.to_string())?;
+        self.sshd = Some(
+            Command::new("/usr/sbin/sshd")
+                .arg("-f")
+                .arg(&config)
+                .args(["-D", "-e"])
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(log)
+                .spawn()
+                .map_err(|e| format!("sshd did not start: {e}"))?,
+        );
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while TcpStream::connect((Ipv4Addr::LOCALHOST, port)).is_err() {
+            if Instant::now() > deadline {
+                return Err(format!(
+                    "sshd does not listen on port {port}: {}",
+                    fs::read_to_string(dir.join("sshd.log")).unwrap_or_default()
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        self.version = run(Command::new("sshfs").arg("--version"))?
+            .lines()
+            .find(|l| l.starts_with("SSHFS version"))
+            .unwrap_or("sshfs")
+            .to_owned();
+        let log = File::create(dir.join("sshfs.log")).map_err(|e| e.to_string())?;
+        self.sshfs = Some(
+            Command::new("sshfs")
+                .arg(format!("root@127.0.0.1:{}", export.display()))
+                .arg(&self.mount_point)
+                .args(["-f", "-F", "/dev/null", "-o", SSHFS_NO_CACHE, "-o"])
+                .arg(format!(
+                    "Port={port},IdentityFile={},IdentitiesOnly=yes,BatchMode=yes,\
+                     StrictHostKeyChecking=no,UserKnownHostsFile=/dev/null,LogLevel=ERROR",
+                    dir.join("id").display()
+                ))
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(log)
+                .spawn()
+                .map_err(|e| format!("sshfs did not start: {e}"))?,
+        );
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while mounted_type(&self.mount_point).as_deref() != Some("fuse.sshfs") {
+            let exited = self
+                .sshfs
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten());
+            if exited.is_some() || Instant::now() > deadline {
+                return Err(format!(
+                    "sshfs did not mount ({exited:?}): {}",
+                    fs::read_to_string(dir.join("sshfs.log")).unwrap_or_default()
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok(())
+    }
+
+    fn mount_point(&self) -> &Path {
+        &self.mount_point
+    }
+
+    /// Unmounts, waits for sshfs to exit (killing it by PID if it does not), then ends sshd by
+    /// PID, and removes the directory.
+    fn stop(&mut self) {
+        if mounted_type(&self.mount_point).as_deref() == Some("fuse.sshfs")
+            && let Err(e) =
+                rustix::mount::unmount(&self.mount_point, rustix::mount::UnmountFlags::NOFOLLOW)
+        {
+            eprintln!("unmounting sshfs: {e}; detaching it");
+            let _ = rustix::mount::unmount(
+                &self.mount_point,
+                rustix::mount::UnmountFlags::DETACH | rustix::mount::UnmountFlags::NOFOLLOW,
+            );
+        }
+        if let Some(mut child) = self.sshfs.take() {
+            end_child(&mut child, Duration::from_secs(10));
+        }
+        if let Some(mut child) = self.sshd.take() {
+            // sshd -D only listens; its per-connection children end with the sshfs connection.
+            end_child(&mut child, Duration::ZERO);
+        }
+        let _ = fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Waits up to `wait` for `child` to exit, then kills it (by its PID) and reaps it.
+fn end_child(child: &mut Child, wait: Duration) {
+    let deadline = Instant::now() + wait;
+    while Instant::now() < deadline {
+        if let Ok(Some(_)) = child.try_wait() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+impl Drop for Sshfs {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    let n = values.len();
+    if n % 2 == 1 {
+        values[n / 2]
+    } else {
+        (values[n / 2 - 1] + values[n / 2]) / 2.0
+    }
+}
+
+fn one_line(command: &str, args: &[&str]) -> String {
+    Command::new(command)
+        .args(args)
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+        .unwrap_or_default()
+}
+
+fn loadavg() -> String {
+    fs::read_to_string("/proc/loadavg")
+        .unwrap_or_default()
+        .split_whitespace()
+        .take(3)
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+const TARGETS: [&str; 3] = ["(a) fusefs", "(b) backing dir", "(c) sshfs"];
+
+struct Row {
+    name: String,
+    pick: fn(&Figures) -> f64,
+    digits: usize,
+    /// Lower is better (latencies): ratios are inverted so that above 1 means fusefs is better.
+    lower_is_better: bool,
+    /// Targets: minimum a/b and minimum a/c.
+    target: (Option<f64>, Option<f64>),
+}
+
+fn report(settings: &Settings, results: &[Vec<Figures>; 3], cold: bool, loads: &[String]) {
+    let size = if settings.size_mib.is_multiple_of(1024) {
+        format!("{} GiB", settings.size_mib / 1024)
+    } else {
+        format!("{} MiB", settings.size_mib)
+    };
+    let files = settings.files;
+    let rows = [
+        Row {
+            name: format!("sequential write {size}, 1 MiB blocks, + fsync (MiB/s)"),
+            pick: |f| f.write,
+            digits: 0,
+            lower_is_better: false,
+            target: (Some(1.0 / 3.0), Some(2.0)),
+        },
+        Row {
+            name: format!("sequential read {size} cold, 1 MiB blocks (MiB/s)"),
+            pick: |f| f.read,
+            digits: 0,
+            lower_is_better: false,
+            target: (Some(1.0 / 3.0), Some(2.0)),
+        },
+        Row {
+            name: format!("random 4 KiB reads cold, {} (ops/s)", settings.random_reads),
+            pick: |f| f.random,
+            digits: 0,
+            lower_is_better: false,
+            target: (None, None),
+        },
+        Row {
+            name: "random 4 KiB read p50 (ms)".into(),
+            pick: |f| f.random_p50,
+            digits: 3,
+            lower_is_better: true,
+            target: (None, None),
+        },
+        Row {
+            name: "random 4 KiB read p99 (ms)".into(),
+            pick: |f| f.random_p99,
+            digits: 3,
+            lower_is_better: true,
+            target: (None, None),
+        },
+        Row {
+            name: format!("create + 100 B write, {files} files (files/s)"),
+            pick: |f| f.create,
+            digits: 0,
+            lower_is_better: false,
+            target: (None, Some(2.0)),
+        },
+        Row {
+            name: format!("stat, {files} files (files/s)"),
+            pick: |f| f.stat,
+            digits: 0,
+            lower_is_better: false,
+            target: (None, Some(2.0)),
+        },
+        Row {
+            name: format!("unlink, {files} files (files/s)"),
+            pick: |f| f.unlink,
+            digits: 0,
+            lower_is_better: false,
+            target: (None, Some(2.0)),
+        },
+        Row {
+            name: "create+stat+unlink together (files/s)".into(),
+            pick: |f| f.triple,
+            digits: 0,
+            lower_is_better: false,
+            target: (None, Some(2.0)),
+        },
+    ];
+
+    println!();
+    println!(
+        "{} rounds interleaved a, b, c; medians. {}; kernel {}; {} cores; load average {}.{}",
+        settings.rounds,
+        one_line("date", &["-u", "+%Y-%m-%d %H:%M UTC"]),
+        one_line("uname", &["-r"]),
+        std::thread::available_parallelism().map_or(0, |n| n.get()),
+        loads.join(" → "),
+        if cold {
+            ""
+        } else {
+            " WARNING: drop_caches was refused, reads were warm."
+        }
+    );
+    println!();
+    println!(
+        "| workload | (a) fusefs | (b) backing dir | (c) sshfs | a/b | a/c | target | result |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|---|---|");
+    let mut verdicts = Vec::new();
+    for row in &rows {
+        let medians: Vec<f64> = results
+            .iter()
+            .map(|rounds| median(rounds.iter().map(row.pick).collect()))
+            .collect();
+        let ratio = |other: f64| {
+            if row.lower_is_better {
+                other / medians[0]
+            } else {
+                medians[0] / other
+            }
+        };
+        let (ab, ac) = (ratio(medians[1]), ratio(medians[2]));
+        let mut target = Vec::new();
+        let mut result = Vec::new();
+        if let Some(min) = row.target.0 {
+            target.push("a/b ≥ 1/3".to_owned());
+            result.push(if ab >= min { "PASS" } else { "MISS" });
+            verdicts.push((format!("{} vs floor", row.name), ab >= min));
+        }
+        if let Some(min) = row.target.1 {
+            target.push(format!("a/c ≥ {min}"));
+            result.push(if ac >= min { "PASS" } else { "MISS" });
+            verdicts.push((format!("{} vs sshfs", row.name), ac >= min));
+        }
+        let d = row.digits;
+        println!(
+            "| {} | {:.d$} | {:.d$} | {:.d$} | {:.2} | {:.2} | {} | {} |",
+            row.name,
+            medians[0],
+            medians[1],
+            medians[2],
+            ab,
+            ac,
+            if target.is_empty() {
+                "–".to_owned()
+            } else {
+                target.join(", ")
+            },
+            if result.is_empty() {
+                "–".to_owned()
+            } else {
+                result.join(", ")
+            },
+        );
+    }
+    println!();
+    println!("Each round (a / b / c):");
+    for row in &rows {
+        let d = row.digits;
+        let rounds: Vec<String> = (0..settings.rounds)
+            .map(|r| {
+                results
+                    .iter()
+                    .map(|t| format!("{:.d$}", (row.pick)(&t[r])))
+                    .collect::<Vec<_>>()
+                    .join(" / ")
+            })
+            .collect();
+        println!("- {}: {}", row.name, rounds.join("; "));
+    }
+    let missed: Vec<&str> = verdicts
+        .iter()
+        .filter(|(_, ok)| !ok)
+        .map(|(n, _)| n.as_str())
+        .collect();
+    println!();
+    if missed.is_empty() {
+        println!("every target met");
+    } else {
+        println!("targets missed: {}", missed.join("; "));
+    }
+}
+
+/// Where fusefs's time went in the last round: worker calls per user-level operation, their
+/// mean latency, and the share of the wall time spent waiting for them.
+fn breakdown(round: usize, phases: &[Phase]) {
+    println!();
+    println!(
+        "Where (a)'s time goes (round {round}; calls timed around the lease-client `Client`):"
+    );
+    println!();
+    println!(
+        "| phase | wall per op | worker calls per op (mean latency) | share of wall in calls |"
+    );
+    println!("|---|---:|---|---:|");
+    for phase in phases {
+        let ops = phase.ops.max(1) as f64;
+        let in_calls: Duration = phase.calls.values().map(|(_, d)| *d).sum();
+        let calls: Vec<String> = phase
+            .calls
+            .iter()
+            .map(|(op, (n, d))| {
+                format!(
+                    "{op} {:.2} ({:.3} ms)",
+                    *n as f64 / ops,
+                    d.as_secs_f64() * 1e3 / (*n).max(1) as f64
+                )
+            })
+            .collect();
+        println!(
+            "| {} | {:.3} ms | {} | {:.0} % |",
+            phase.name,
+            phase.wall.as_secs_f64() * 1e3 / ops,
+            calls.join(", "),
+            100.0 * in_calls.as_secs_f64() / phase.wall.as_secs_f64()
+        );
+    }
+}
+
+fn main() {
+    if !Path::new("/dev/fuse").exists() {
+        println!("SKIPPED (needs /dev/fuse): fusefs throughput benchmark");
+        return;
+    }
+    // The namespace first, on the main thread: the runtime's threads and every child process
+    // inherit it, so no mount of this run can be left on the host.
+    if let Err(why) = test_support::try_private_mount_namespace() {
+        println!("SKIPPED (needs root in a private mount namespace): fusefs throughput: {why}");
+        return;
+    }
+    let settings = Settings::from_env();
+    let work_root = std::env::temp_dir();
+    let work = tempfile::Builder::new()
+        .prefix("fusefs-bench-")
+        .tempdir_in(&work_root)
+        .unwrap();
+    eprintln!(
+        "fusefs throughput: {settings:?} in {:?} (df: {})",
+        work.path(),
+        one_line("df", &["-h", "--output=avail", work_root.to_str().unwrap()]).replace('\n', " ")
+    );
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(settings.runtime_threads)
+        .enable_all()
+        .build()
+        .unwrap();
+    let replicated = runtime.block_on(Replicated::start(work.path()));
+    let mut sshfs = match Sshfs::start(work.path()) {
+        Ok(sshfs) => sshfs,
+        Err(e) => {
+            runtime.block_on(replicated.stop());
+            panic!("the sshfs peer could not start: {e}");
+        }
+    };
+    eprintln!("peer: {} with -o {SSHFS_NO_CACHE}", sshfs.version);
+    let dirs = [
+        replicated.mount_point().to_owned(),
+        replicated.backing.clone(),
+        sshfs.mount_point().to_owned(),
+    ];
+    let mut loads = vec![loadavg()];
+    let mut cold = true;
+    let mut results: [Vec<Figures>; 3] = Default::default();
+    let mut phases = Vec::new();
+    for round in 0..settings.rounds {
+        for (target, dir) in dirs.iter().enumerate() {
+            let mut probe = Probe {
+                stats: (target == 0).then_some(&*replicated.stats),
+                phases: Vec::new(),
+            };
+            let figures = run_workloads(dir, &settings, round, &mut cold, &mut probe);
+            if target == 0 {
+                phases = probe.phases;
+            }
+            eprintln!(
+                "round {} {}: {figures:.2?} (load {})",
+                round + 1,
+                TARGETS[target],
+                loadavg()
+            );
+            results[target].push(figures);
+        }
+    }
+    loads.push(loadavg());
+    sshfs.stop();
+    runtime.block_on(replicated.stop());
+    report(&settings, &results, cold, &loads);
+    breakdown(settings.rounds, &phases);
+}
