@@ -165,6 +165,38 @@ impl Volume {
         })
     }
 
+    /// The file `id` names, to read or change its attributes: by its inode while it has a
+    /// name (`true`), else through its open handle `handle` (`false`), because a file that is
+    /// open but has no link left is no longer in the inode table, yet still has attributes.
+    fn attr_fd(&self, id: Ident, handle: Option<u64>) -> Result<(OwnedFd, bool), OpError> {
+        match self.path_fd(id) {
+            Err(OpError::Errno(libc::ESTALE)) => {
+                let open = handle
+                    .and_then(|h| self.handles.get(h, id))
+                    .ok_or(OpError::Errno(libc::ESTALE))?;
+                Ok((open.file.as_fd().try_clone_to_owned()?, false))
+            }
+            other => Ok((other?, true)),
+        }
+    }
+
+    /// Describes the file `id` that `fd` refers to; a file without a name keeps its identity
+    /// (naming it again would record a new inode generation for a file about to vanish).
+    fn entry_of(
+        &mut self,
+        id: Ident,
+        fd: BorrowedFd<'_>,
+        named: bool,
+    ) -> Result<v1::Entry, OpError> {
+        if named {
+            return self.entry(fd);
+        }
+        Ok(v1::Entry {
+            file: Some(file_id(id)),
+            attr: Some(attr(&rustix::fs::fstat(fd)?)),
+        })
+    }
+
     fn entry_at(&mut self, dir: &OwnedFd, name: &OsStr) -> Result<v1::Entry, OpError> {
         let fd = rustix::fs::openat(
             dir,
@@ -175,17 +207,57 @@ impl Volume {
         self.entry(fd.as_fd())
     }
 
-    fn chown_new(dir: &OwnedFd, name: &OsStr, caller: Option<&v1::Caller>) -> Result<(), OpError> {
+    /// Gives a file just created in `dir` as `name` its caller's ownership and exactly the
+    /// permission bits `mode` (the client's umask already applied), then describes it.
+    ///
+    /// The worker creates as root under its own process umask, which would strip bits the
+    /// client asked for, and a chown clears set-user-ID and set-group-ID: so ownership first,
+    /// then the mode. In a set-group-ID directory the file keeps the directory's group (and a
+    /// new directory the set-group-ID bit), as the kernel gave them; a caller who may not be in
+    /// that group loses the set-group-ID bit of an executable, as the kernel would strip it
+    /// (the worker knows only the caller's primary group, so it strips in doubt).
+    fn finish_new(
+        &mut self,
+        dir: &OwnedFd,
+        name: &OsStr,
+        mode: u32,
+        caller: Option<&v1::Caller>,
+    ) -> Result<v1::Entry, OpError> {
+        let fd = rustix::fs::openat(
+            dir,
+            name,
+            OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        )?;
+        let parent = rustix::fs::fstat(dir)?;
+        let inherits_group = parent.st_mode & libc::S_ISGID != 0;
+        let stat = rustix::fs::fstat(&fd)?;
         if let Some(caller) = caller {
             rustix::fs::chownat(
-                dir,
-                name,
+                &fd,
+                c"",
                 Some(rustix::fs::Uid::from_raw(caller.uid)),
-                Some(rustix::fs::Gid::from_raw(caller.gid)),
-                AtFlags::SYMLINK_NOFOLLOW,
+                (!inherits_group).then(|| rustix::fs::Gid::from_raw(caller.gid)),
+                AtFlags::EMPTY_PATH,
             )?;
         }
-        Ok(())
+        if !is_symlink(&stat) {
+            let mut want = mode & 0o7777;
+            if inherits_group && is_dir(&stat) {
+                want |= libc::S_ISGID;
+            }
+            let foreign_group = caller.is_some_and(|c| c.uid != 0 && c.gid != parent.st_gid);
+            if inherits_group && foreign_group && !is_dir(&stat) && want & libc::S_IXGRP != 0 {
+                want &= !libc::S_ISGID;
+            }
+            rustix::fs::chmodat(
+                rustix::fs::CWD,
+                proc_path(fd.as_fd()),
+                Mode::from_raw_mode(want),
+                AtFlags::empty(),
+            )?;
+        }
+        self.entry(fd.as_fd())
     }
 
     /// Forgets the inode behind `fd` when its last link is gone.
@@ -215,26 +287,36 @@ impl Volume {
                 Ok(Done::Lookup(self.entry_at(&dir, name(&r.name)?)?))
             }
             Op::Getattr(r) => {
-                let fd = self.path_fd(ident(r.file.as_ref())?)?;
-                Ok(Done::Getattr(self.entry(fd.as_fd())?))
+                let id = ident(r.file.as_ref())?;
+                let (fd, named) = self.attr_fd(id, r.handle)?;
+                Ok(Done::Getattr(self.entry_of(id, fd.as_fd(), named)?))
             }
             Op::Setattr(r) => self.setattr(r),
             Op::Mknod(r) => {
                 let dir = self.dir_fd(r.parent.as_ref())?;
                 let name = name(&r.name)?;
                 let kind = rustix::fs::FileType::from_raw_mode(r.mode);
-                let perm = Mode::from_raw_mode(r.mode & !r.umask & 0o7777);
-                rustix::fs::mknodat(&dir, name, kind, perm, r.rdev)?;
-                Self::chown_new(&dir, name, r.caller.as_ref())?;
-                Ok(Done::Mknod(self.entry_at(&dir, name)?))
+                let perm = r.mode & !r.umask & 0o7777;
+                rustix::fs::mknodat(&dir, name, kind, Mode::from_raw_mode(perm), r.rdev)?;
+                Ok(Done::Mknod(self.finish_new(
+                    &dir,
+                    name,
+                    perm,
+                    r.caller.as_ref(),
+                )?))
             }
             Op::Create(r) => self.create(r, at_ms),
             Op::Mkdir(r) => {
                 let dir = self.dir_fd(r.parent.as_ref())?;
                 let name = name(&r.name)?;
-                rustix::fs::mkdirat(&dir, name, Mode::from_raw_mode(r.mode & !r.umask & 0o7777))?;
-                Self::chown_new(&dir, name, r.caller.as_ref())?;
-                Ok(Done::Mkdir(self.entry_at(&dir, name)?))
+                let perm = r.mode & !r.umask & 0o7777;
+                rustix::fs::mkdirat(&dir, name, Mode::from_raw_mode(perm))?;
+                Ok(Done::Mkdir(self.finish_new(
+                    &dir,
+                    name,
+                    perm,
+                    r.caller.as_ref(),
+                )?))
             }
             Op::Unlink(r) => {
                 let dir = self.dir_fd(r.parent.as_ref())?;
@@ -303,8 +385,12 @@ impl Volume {
                     return Err(OpError::Errno(libc::ENAMETOOLONG));
                 }
                 rustix::fs::symlinkat(OsStr::from_bytes(&r.target), &dir, name)?;
-                Self::chown_new(&dir, name, r.caller.as_ref())?;
-                Ok(Done::Symlink(self.entry_at(&dir, name)?))
+                Ok(Done::Symlink(self.finish_new(
+                    &dir,
+                    name,
+                    0o777,
+                    r.caller.as_ref(),
+                )?))
             }
             Op::Readlink(r) => {
                 let fd = self.path_fd(ident(r.file.as_ref())?)?;
@@ -407,7 +493,7 @@ impl Volume {
 
     fn setattr(&mut self, r: &v1::SetattrRequest) -> OpResult {
         let id = ident(r.file.as_ref())?;
-        let fd = self.path_fd(id)?;
+        let (fd, named) = self.attr_fd(id, r.handle)?;
         let stat = rustix::fs::fstat(&fd)?;
         if let Some(mode) = r.mode
             && !is_symlink(&stat)
@@ -458,7 +544,7 @@ impl Volume {
                 )?;
             }
         }
-        Ok(Done::Setattr(self.entry(fd.as_fd())?))
+        Ok(Done::Setattr(self.entry_of(id, fd.as_fd(), named)?))
     }
 
     fn create(&mut self, r: &v1::CreateRequest, at_ms: u64) -> OpResult {
@@ -476,10 +562,11 @@ impl Volume {
             flags,
             Mode::from_raw_mode(r.mode & !r.umask & 0o7777),
         )?;
-        if !existed {
-            Self::chown_new(&dir, name, r.caller.as_ref())?;
-        }
-        let entry = self.entry(fd.as_fd())?;
+        let entry = if existed {
+            self.entry(fd.as_fd())?
+        } else {
+            self.finish_new(&dir, name, r.mode & !r.umask, r.caller.as_ref())?
+        };
         let id = ident(entry.file.as_ref())?;
         let expires = at_ms.saturating_add(self.handle_lease_ms());
         let handle = self.handles.insert(File::from(fd), id, r.flags, expires);
