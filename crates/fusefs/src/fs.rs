@@ -209,6 +209,37 @@ impl<S: FileService> Fs<S> {
         lock(&self.nodes).forget(node, count);
     }
 
+    /// An open handle of `file`, for a request about a file that the kernel names without one.
+    fn open_handle_of(&self, file: FileId) -> Option<u64> {
+        lock(&self.handles)
+            .iter()
+            .find(|(_, open)| **open == file)
+            .map(|(handle, _)| *handle)
+    }
+
+    /// Sends the attribute request `op(handle)`. A file that is open but has no name left
+    /// (unlinked while open) is only reachable through an open handle, and the kernel sends
+    /// `fstat`, `fchmod` and the like without one: on `ESTALE` the request is sent again with
+    /// a handle this mount holds for the file. The worker refuses `ESTALE` before it changes
+    /// anything, so repeating the request under a new ID is safe.
+    async fn attr_call(
+        &self,
+        caller: Caller,
+        file: FileId,
+        fh: Option<u64>,
+        op: impl Fn(Option<u64>) -> Op,
+    ) -> Result<ReplyResult, Errno> {
+        match self.call(caller, op(fh)).await {
+            Err(errno) if errno.raw() == libc::ESTALE && fh.is_none() => {
+                match self.open_handle_of(file) {
+                    Some(handle) => self.call(caller, op(Some(handle))).await,
+                    None => Err(errno),
+                }
+            }
+            other => other,
+        }
+    }
+
     /// GETATTR.
     pub async fn getattr(
         &self,
@@ -217,11 +248,14 @@ impl<S: FileService> Fs<S> {
         fh: Option<u64>,
     ) -> Result<ReplyAttr, Errno> {
         let file = self.file(node)?;
-        let op = Op::Getattr(v1::GetattrRequest {
-            file: Some(file.into()),
-            handle: fh,
-        });
-        Self::attr(node, expect!(self.call(caller, op).await?, Getattr))
+        let op = |handle| {
+            Op::Getattr(v1::GetattrRequest {
+                file: Some(file.into()),
+                handle,
+            })
+        };
+        let reply = self.attr_call(caller, file, fh, op).await?;
+        Self::attr(node, expect!(reply, Getattr))
     }
 
     /// SETATTR: mode, owner, size and times, each only when asked for.
@@ -238,17 +272,20 @@ impl<S: FileService> Fs<S> {
                 time: Some(set_time::Time::At(timestamp(t))),
             })
         };
-        let op = Op::Setattr(v1::SetattrRequest {
-            file: Some(file.into()),
-            handle: fh,
-            mode: set.mode.map(|m| m & 0o7777),
-            uid: set.uid,
-            gid: set.gid,
-            size: set.size,
-            atime: time(set.atime),
-            mtime: time(set.mtime),
-        });
-        Self::attr(node, expect!(self.call(caller, op).await?, Setattr))
+        let op = |handle| {
+            Op::Setattr(v1::SetattrRequest {
+                file: Some(file.into()),
+                handle,
+                mode: set.mode.map(|m| m & 0o7777),
+                uid: set.uid,
+                gid: set.gid,
+                size: set.size,
+                atime: time(set.atime),
+                mtime: time(set.mtime),
+            })
+        };
+        let reply = self.attr_call(caller, file, fh, op).await?;
+        Self::attr(node, expect!(reply, Setattr))
     }
 
     /// READLINK.
@@ -769,3 +806,88 @@ impl<S: FileService> Fs<S> {
 
 /// The node ID the kernel uses for the volume root.
 pub const ROOT_NODE: u64 = ROOT_INO;
+
+#[cfg(test)]
+mod tests {
+    use std::future::Future;
+
+    use lease_client::{Error, Refusal};
+
+    use super::*;
+
+    /// A worker whose root is open as handle 7 but reachable only through that handle, as a
+    /// file unlinked while open is; it records the handle each attribute request names.
+    #[derive(Default)]
+    struct ReachableOnlyByHandle {
+        handles_sent: Mutex<Vec<Option<u64>>>,
+    }
+
+    impl FileService for ReachableOnlyByHandle {
+        fn call(&self, op: Op) -> impl Future<Output = Result<ReplyResult, Error>> + Send {
+            let entry = |file| v1::Entry {
+                file,
+                attr: Some(v1::Attr::default()),
+            };
+            let result = match op {
+                Op::Open(_) => Ok(ReplyResult::Open(v1::OpenReply {
+                    handle: 7,
+                    handle_lease_ms: 0,
+                })),
+                Op::Getattr(r) => self.by_handle(r.handle, ReplyResult::Getattr(entry(r.file))),
+                Op::Setattr(r) => self.by_handle(r.handle, ReplyResult::Setattr(entry(r.file))),
+                _ => Err(Error::Refused {
+                    volume_id: "v".into(),
+                    op: "other",
+                    refusal: Refusal::InvalidRequest,
+                }),
+            };
+            std::future::ready(result)
+        }
+    }
+
+    impl ReachableOnlyByHandle {
+        fn by_handle(&self, handle: Option<u64>, ok: ReplyResult) -> Result<ReplyResult, Error> {
+            lock(&self.handles_sent).push(handle);
+            match handle {
+                Some(7) => Ok(ok),
+                _ => Err(Error::Refused {
+                    volume_id: "v".into(),
+                    op: "attr",
+                    refusal: Refusal::Errno(libc::ESTALE),
+                }),
+            }
+        }
+    }
+
+    fn caller() -> Caller {
+        Caller {
+            unique: 1,
+            uid: 0,
+            gid: 0,
+        }
+    }
+
+    #[tokio::test]
+    async fn fstat_and_fchmod_of_a_file_unlinked_while_open_go_through_its_handle() {
+        let fs = Fs::new(ReachableOnlyByHandle::default(), FsConfig::default());
+        assert_eq!(
+            fs.getattr(caller(), ROOT_NODE, None).await.unwrap_err(),
+            Errno::clamped(libc::ESTALE),
+            "without an open handle the file is gone"
+        );
+        fs.open(caller(), ROOT_NODE, libc::O_RDWR as u32)
+            .await
+            .unwrap();
+        fs.getattr(caller(), ROOT_NODE, None).await.unwrap();
+        let chmod = SetAttr {
+            mode: Some(0o600),
+            ..SetAttr::default()
+        };
+        fs.setattr(caller(), ROOT_NODE, None, chmod).await.unwrap();
+        assert_eq!(
+            *lock(&fs.service().handles_sent),
+            [None, None, Some(7), None, Some(7)],
+            "each request goes by inode first, then once more through the open handle"
+        );
+    }
+}
