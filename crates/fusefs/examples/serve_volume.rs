@@ -1,0 +1,105 @@
+//! Mounts a fresh volume of a throwaway reference worker and runs one command against it.
+//!
+//! ```text
+//! cargo run -p fusefs --example serve_volume -- <MOUNT_POINT> <COMMAND> [ARGS...]
+//! ```
+//!
+//! As root, in a private mount namespace of its own (so nothing is left mounted on the host,
+//! whatever happens): starts the reference worker on loopback TLS with a volume in a temporary
+//! directory, mounts the volume at `MOUNT_POINT` (an existing empty directory), runs the
+//! command there, unmounts, and exits with the command's status. For running external test
+//! suites (pjdfstest, fsx, a shell) against fusefs by hand.
+
+#![allow(
+    clippy::print_stderr,
+    clippy::exit,
+    reason = "a command-line tool reports its errors and exits with the command's status"
+)]
+
+use std::path::PathBuf;
+use std::process::{Command, ExitCode};
+use std::sync::Arc;
+use std::time::Duration;
+
+use fusefs::{Fs, FsConfig};
+use lease_client::protocol::VolumeGeneration;
+use lease_client::{Budgets, Client, ClientConfig, EndpointSet, HttpsTransport};
+use worker::testing::{Pki, leader, volume};
+use worker::{AccessMode, Timings};
+
+const TOKEN: &str = "serve-volume-token";
+
+type Failure = Box<dyn std::error::Error>;
+
+fn main() -> ExitCode {
+    let mut args = std::env::args_os().skip(1);
+    let (Some(mount_point), Some(program)) = (args.next(), args.next()) else {
+        eprintln!("usage: serve_volume <MOUNT_POINT> <COMMAND> [ARGS...]");
+        return ExitCode::from(2);
+    };
+    let command_args: Vec<_> = args.collect();
+    if let Err(why) = test_support::try_private_mount_namespace() {
+        eprintln!("serve_volume: {why}");
+        return ExitCode::from(2);
+    }
+    match serve(PathBuf::from(mount_point), program.as_ref(), &command_args) {
+        Ok(code) => ExitCode::from(code),
+        Err(e) => {
+            eprintln!("serve_volume: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// Serves the volume while the command runs; returns the command's exit code.
+fn serve(
+    mount_point: PathBuf,
+    program: &std::ffi::OsStr,
+    args: &[std::ffi::OsString],
+) -> Result<u8, Failure> {
+    let state = tempfile::tempdir()?;
+    // Threads built after the namespace switch serve the mount from inside it.
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(4)
+        .enable_all()
+        .build()?;
+    let pki = Pki::generate("serve-volume")?;
+    let spec = volume("v1.serve-volume", AccessMode::Rwx);
+    let server = rt.block_on(leader(
+        &pki,
+        state.path(),
+        std::slice::from_ref(&spec),
+        TOKEN,
+        Timings::default(),
+    ))?;
+    let budgets = Budgets::default();
+    let client = Client::new(
+        ClientConfig {
+            volume_id: spec.volume_id.clone(),
+            volume_generation: VolumeGeneration(spec.volume_generation),
+            access_mode: spec.access_mode.to_wire(),
+            endpoints: EndpointSet::new([server.endpoint()])?,
+            budgets,
+        },
+        HttpsTransport::with_credentials(&budgets, &pki.credentials(TOKEN)?),
+    );
+    let fs = Arc::new(Fs::new(client, FsConfig::default()));
+    let renewal = rt.spawn({
+        let fs = Arc::clone(&fs);
+        async move { fs.run_handle_renewal().await }
+    });
+    let mounted = rt.block_on(fusefs::mount(fs, &spec.volume_id, &mount_point))?;
+
+    // Spawned from this thread, the command runs in the private mount namespace.
+    let status = Command::new(program).args(args).status();
+
+    renewal.abort();
+    let unmounted = rt.block_on(mounted.unmount(Duration::from_secs(15)));
+    rt.block_on(server.stop());
+    let status = status?;
+    unmounted?;
+    Ok(match status.code() {
+        Some(code) => u8::try_from(code).unwrap_or(1),
+        None => 128,
+    })
+}
