@@ -213,9 +213,10 @@ impl Volume {
     /// The worker creates as root under its own process umask, which would strip bits the
     /// client asked for, and a chown clears set-user-ID and set-group-ID: so ownership first,
     /// then the mode. In a set-group-ID directory the file keeps the directory's group (and a
-    /// new directory the set-group-ID bit), as the kernel gave them; a caller who may not be in
-    /// that group loses the set-group-ID bit of an executable, as the kernel would strip it
-    /// (the worker knows only the caller's primary group, so it strips in doubt).
+    /// new directory the set-group-ID bit), as the kernel gave them. Whether a caller outside
+    /// that group may create a set-group-ID executable is the client's kernel's decision (it
+    /// strips the bit before sending, knowing the caller's supplementary groups, which the
+    /// worker does not).
     fn finish_new(
         &mut self,
         dir: &OwnedFd,
@@ -245,10 +246,6 @@ impl Volume {
             let mut want = mode & 0o7777;
             if inherits_group && is_dir(&stat) {
                 want |= libc::S_ISGID;
-            }
-            let foreign_group = caller.is_some_and(|c| c.uid != 0 && c.gid != parent.st_gid);
-            if inherits_group && foreign_group && !is_dir(&stat) && want & libc::S_IXGRP != 0 {
-                want &= !libc::S_ISGID;
             }
             rustix::fs::chmodat(
                 rustix::fs::CWD,
