@@ -1,0 +1,97 @@
+//! Two mounts of one RWX volume (two clients, two FUSE connections, as two nodes would have)
+//! see each other's changes at once: no sleeps, no syncs, no reopening.
+
+use std::fs;
+use std::os::unix::fs::{FileExt, MetadataExt, PermissionsExt};
+use std::time::Duration;
+
+use worker::AccessMode;
+
+use crate::support::{Mount, Volume, Watchdog, errno_of, runtime};
+
+#[test]
+fn two_mounts_see_each_others_changes_at_once() {
+    let test = "two_mounts_see_each_others_changes_at_once";
+    if !test_support::private_mount_namespace_with_fuse(test) {
+        return;
+    }
+    let _watchdog = Watchdog::arm(test, Duration::from_secs(60));
+    let rt = runtime();
+    let volume = rt.block_on(Volume::start(AccessMode::Rwx));
+    let mount_a = rt.block_on(Mount::new(&volume, &volume.mount_point("a"), "node-a"));
+    let mount_b = rt.block_on(Mount::new(&volume, &volume.mount_point("b"), "node-b"));
+    let (a, b) = (mount_a.path().to_owned(), mount_b.path().to_owned());
+
+    // A write through A is read through B at once, by an open B had before the write too.
+    let writer = fs::File::create(a.join("f")).unwrap();
+    let reader = fs::File::open(b.join("f")).unwrap();
+    let mut buf = [0u8; 64];
+    for (at, chunk) in [(0u64, &b"one"[..]), (3, b" two"), (7, b" three")] {
+        writer.write_all_at(chunk, at).unwrap();
+        let n = reader.read_at(&mut buf, 0).unwrap();
+        assert_eq!(&buf[..n], &b"one two three"[..(at as usize + chunk.len())]);
+        assert_eq!(
+            fs::metadata(b.join("f")).unwrap().len(),
+            at + chunk.len() as u64
+        );
+    }
+    // And back: B truncates and writes; A's descriptor sees it.
+    let b_writer = fs::OpenOptions::new()
+        .write(true)
+        .open(b.join("f"))
+        .unwrap();
+    b_writer.set_len(3).unwrap();
+    assert_eq!(writer.metadata().unwrap().len(), 3, "fstat through A");
+    b_writer.write_all_at(b"ONE", 0).unwrap();
+    let a_reader = fs::File::open(a.join("f")).unwrap();
+    let n = a_reader.read_at(&mut buf, 0).unwrap();
+    assert_eq!(&buf[..n], b"ONE");
+    drop((writer, reader, b_writer, a_reader));
+
+    // Names: created in A, listed in B; renamed in B, gone from A's old name; unlinked in B,
+    // A's stat fails.
+    fs::create_dir(a.join("dir")).unwrap();
+    fs::write(a.join("dir/new"), b"x").unwrap();
+    std::os::unix::fs::symlink("new", a.join("dir/link")).unwrap();
+    let mut names: Vec<_> = fs::read_dir(b.join("dir"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["link", "new"]);
+    assert_eq!(
+        fs::read_link(b.join("dir/link")).unwrap().to_str(),
+        Some("new")
+    );
+    fs::rename(b.join("dir/new"), b.join("dir/renamed")).unwrap();
+    assert_eq!(
+        errno_of(fs::metadata(a.join("dir/new"))),
+        Some(libc::ENOENT)
+    );
+    assert_eq!(fs::read(a.join("dir/renamed")).unwrap(), b"x");
+    fs::remove_file(b.join("dir/renamed")).unwrap();
+    assert_eq!(
+        errno_of(fs::metadata(a.join("dir/renamed"))),
+        Some(libc::ENOENT)
+    );
+    // A name A looked up a moment ago (negative or positive) is not cached either.
+    assert_eq!(errno_of(fs::metadata(a.join("later"))), Some(libc::ENOENT));
+    fs::write(b.join("later"), b"now").unwrap();
+    assert_eq!(fs::read(a.join("later")).unwrap(), b"now");
+
+    // Attributes: chmod, chown and times set through B are what A's stat returns.
+    fs::set_permissions(b.join("later"), fs::Permissions::from_mode(0o640)).unwrap();
+    std::os::unix::fs::chown(b.join("later"), Some(1234), Some(5678)).unwrap();
+    let meta = fs::metadata(a.join("later")).unwrap();
+    assert_eq!(
+        (meta.mode() & 0o7777, meta.uid(), meta.gid()),
+        (0o640, 1234, 5678)
+    );
+    // A directory removed in A cannot be entered through B.
+    fs::remove_file(a.join("dir/link")).unwrap();
+    fs::remove_dir(a.join("dir")).unwrap();
+    assert_eq!(errno_of(fs::read_dir(b.join("dir"))), Some(libc::ENOENT));
+
+    rt.block_on(mount_a.unmount());
+    rt.block_on(mount_b.unmount());
+}
