@@ -4,7 +4,8 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use lease_client::Credentials;
+use lease_client::protocol::VolumeGeneration;
+use lease_client::{Budgets, Client, ClientConfig, Credentials, EndpointSet, HttpsTransport};
 use rcgen::{
     BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
     KeyUsagePurpose,
@@ -118,4 +119,26 @@ pub async fn leader(
     config.timings = timings;
     config.volumes = volumes.to_vec();
     Server::start(config, Tokens::new([token]), Arc::new(SystemClock)).await
+}
+
+/// A client of `spec` on the worker at `endpoint`, authenticated with `pki`'s client
+/// certificate and `token`.
+pub fn client(
+    pki: &Pki,
+    spec: &VolumeSpec,
+    endpoint: &str,
+    token: &str,
+    budgets: Budgets,
+) -> Result<Client<HttpsTransport>, lease_client::Error> {
+    let config = ClientConfig {
+        volume_id: spec.volume_id.clone(),
+        volume_generation: VolumeGeneration(spec.volume_generation),
+        access_mode: spec.access_mode.to_wire(),
+        endpoints: EndpointSet::new([endpoint])?,
+        budgets,
+    };
+    Ok(Client::new(
+        config,
+        HttpsTransport::with_credentials(&budgets, &pki.credentials(token)?),
+    ))
 }
