@@ -6,7 +6,6 @@ use std::sync::Arc;
 
 use fuse3::raw::prelude::*;
 use fuse3::{Inode, Result, SetAttr};
-use futures_util::StreamExt as _;
 use futures_util::stream;
 use lease_client::protocol::MAX_DATA_BYTES;
 
@@ -293,14 +292,22 @@ impl<S: FileService> Filesystem for FuseAdapter<S> {
             .readdirplus(caller(&req), parent, offset)
             .await
             .map_err(err)?;
-        // fuse3 stops pulling when the kernel's buffer is full: only entries pulled count as
-        // lookups.
+        // fuse3 pulls an entry, then checks whether it fits in the kernel's buffer and, when it
+        // does not, stops without sending it. So an entry counts as a lookup the kernel holds
+        // only once fuse3 pulls the next one (or finds the stream ended): counting on the pull
+        // itself leaked one lookup, and so one node forever, per full reply.
         let fs = &self.fs;
+        let mut entries = entries.into_iter();
+        let mut sent: Option<DirectoryEntryPlus> = None;
         Ok(ReplyDirectoryPlus {
-            entries: stream::iter(entries).map(move |entry| {
-                fs.delivered(&entry);
-                Ok(entry)
-            }),
+            entries: stream::iter(std::iter::from_fn(move || {
+                if let Some(previous) = sent.take() {
+                    fs.delivered(&previous);
+                }
+                let entry = entries.next()?;
+                sent = Some(entry.clone());
+                Some(Ok(entry))
+            })),
         })
     }
 
