@@ -578,6 +578,31 @@ fn modes_owners_times_and_umask() {
         fs::metadata(root.join("masked-dir")).unwrap().mode() & 0o7777,
         0o750
     );
+    // Device nodes and sockets are made by root and are the kernel's to open.
+    rustix::fs::mknodat(
+        CWD,
+        root.join("null"),
+        rustix::fs::FileType::CharacterDevice,
+        Mode::from_raw_mode(0o666),
+        rustix::fs::makedev(1, 3),
+    )
+    .unwrap();
+    fs::write(root.join("null"), b"into /dev/null").unwrap();
+    assert_eq!(
+        std::os::unix::fs::MetadataExt::rdev(&fs::metadata(root.join("null")).unwrap()),
+        rustix::fs::makedev(1, 3)
+    );
+    rustix::fs::mknodat(
+        CWD,
+        root.join("sock"),
+        rustix::fs::FileType::Socket,
+        Mode::from_raw_mode(0o666),
+        0,
+    )
+    .unwrap();
+    assert!(std::os::unix::fs::FileTypeExt::is_socket(
+        &fs::symlink_metadata(root.join("sock")).unwrap().file_type()
+    ));
     let fifo = fs::metadata(root.join("fifo")).unwrap();
     assert!(std::os::unix::fs::FileTypeExt::is_fifo(&fifo.file_type()));
     assert_eq!(fifo.mode() & 0o7777, 0o640);
@@ -890,6 +915,36 @@ fn unsupported_operations_fail_as_documented() {
         Err(libc::EOPNOTSUPP)
     );
 
+    // POSIX ACLs: the kernel checks permissions from the mode bits (default_permissions);
+    // there is no ACL to read, and none can be set.
+    assert_eq!(
+        rustix::fs::getxattr(&file, "system.posix_acl_access", &mut value[..])
+            .map_err(|e| e.raw_os_error()),
+        Err(libc::ENODATA)
+    );
+    let mut acl = 2u32.to_le_bytes().to_vec();
+    for (tag, perm, id) in [
+        (0x01u16, 6u16, u32::MAX),
+        (0x02, 4, 65534),
+        (0x04, 4, u32::MAX),
+        (0x10, 4, u32::MAX),
+        (0x20, 4, u32::MAX),
+    ] {
+        acl.extend(tag.to_le_bytes());
+        acl.extend(perm.to_le_bytes());
+        acl.extend(id.to_le_bytes());
+    }
+    assert_eq!(
+        rustix::fs::setxattr(
+            &file,
+            "system.posix_acl_access",
+            &acl,
+            rustix::fs::XattrFlags::empty()
+        )
+        .map_err(|e| e.raw_os_error()),
+        Err(libc::EOPNOTSUPP)
+    );
+
     // fallocate: not implemented, EOPNOTSUPP.
     assert_eq!(
         rustix::fs::fallocate(&f, rustix::fs::FallocateFlags::empty(), 0, 1 << 20)
@@ -925,6 +980,24 @@ fn unsupported_operations_fail_as_documented() {
         Err(libc::EWOULDBLOCK)
     );
     rustix::fs::flock(&f, FlockOperation::Unlock).unwrap();
+
+    // What the kernel answers without a filesystem operation of its own: SEEK_DATA,
+    // copy_file_range (the kernel copies with reads and writes), fsync of a directory.
+    assert_eq!(
+        rustix::fs::seek(&f, rustix::fs::SeekFrom::Data(5)).unwrap(),
+        5
+    );
+    let copy = fs::File::create(root.join("copy")).unwrap();
+    assert_eq!(
+        rustix::fs::copy_file_range(&f, Some(&mut 0), &copy, Some(&mut 0), 8192).unwrap(),
+        8192
+    );
+    drop(copy);
+    assert_eq!(
+        fs::read(root.join("copy")).unwrap(),
+        fs::read(&file).unwrap()
+    );
+    fs::File::open(&root).unwrap().sync_all().unwrap();
     drop((f, other, direct));
     setup.finish();
 }

@@ -92,6 +92,15 @@ fn two_mounts_see_each_others_changes_at_once() {
     fs::remove_dir(a.join("dir")).unwrap();
     assert_eq!(errno_of(fs::read_dir(b.join("dir"))), Some(libc::ENOENT));
 
+    // Locks are each mount's kernel's own: an exclusive flock through A does not stop one
+    // through B (two nodes would not see each other's locks either).
+    use rustix::fs::FlockOperation;
+    let lock_a = fs::File::open(a.join("later")).unwrap();
+    let lock_b = fs::File::open(b.join("later")).unwrap();
+    rustix::fs::flock(&lock_a, FlockOperation::NonBlockingLockExclusive).unwrap();
+    rustix::fs::flock(&lock_b, FlockOperation::NonBlockingLockExclusive).unwrap();
+    drop((lock_a, lock_b));
+
     rt.block_on(mount_a.unmount());
     rt.block_on(mount_b.unmount());
 }
