@@ -589,7 +589,7 @@ fn modes_owners_times_and_umask() {
     .unwrap();
     fs::write(root.join("null"), b"into /dev/null").unwrap();
     assert_eq!(
-        std::os::unix::fs::MetadataExt::rdev(&fs::metadata(root.join("null")).unwrap()),
+        fs::metadata(root.join("null")).unwrap().rdev(),
         rustix::fs::makedev(1, 3)
     );
     rustix::fs::mknodat(
