@@ -42,10 +42,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use fusefs::{FileService, Fs, FsConfig, Mounted};
-use lease_client::protocol::VolumeGeneration;
+use lease_client::Budgets;
 use lease_client::v1::reply::Result as ReplyResult;
 use lease_client::v1::request::Op;
-use lease_client::{Budgets, Client, ClientConfig, EndpointSet, HttpsTransport};
 use worker::testing::{Pki, leader, volume};
 use worker::{AccessMode, Server, Timings};
 
@@ -402,17 +401,9 @@ impl Replicated {
         )
         .await
         .unwrap();
-        let budgets = Budgets::default();
-        let client = Client::new(
-            ClientConfig {
-                volume_id: spec.volume_id.clone(),
-                volume_generation: VolumeGeneration(spec.volume_generation),
-                access_mode: spec.access_mode.to_wire(),
-                endpoints: EndpointSet::new([server.endpoint()]).unwrap(),
-                budgets,
-            },
-            HttpsTransport::with_credentials(&budgets, &pki.credentials(TOKEN).unwrap()),
-        );
+        let client =
+            worker::testing::client(&pki, &spec, &server.endpoint(), TOKEN, Budgets::default())
+                .unwrap();
         let stats = Arc::new(CallStats::default());
         let client = Timed {
             inner: client,
