@@ -368,6 +368,20 @@ fn connections() -> std::sync::MutexGuard<'static, Vec<(u32, PathBuf)>> {
 
 fn register_connection(minor: u32, path: &Path) {
     connections().push((minor, path.to_owned()));
+    // Aborting needs fusectl, which not every machine mounts: mount it in the test's private
+    // namespace (it goes with the namespace).
+    let fusectl = Path::new("/sys/fs/fuse/connections");
+    if !fusectl.join(minor.to_string()).exists() {
+        rustix::mount::mount(
+            "fusectl",
+            fusectl,
+            "fusectl",
+            rustix::mount::MountFlags::empty(),
+            None,
+        )
+        .unwrap();
+        assert!(fusectl.join(minor.to_string()).join("abort").exists());
+    }
 }
 
 fn unregister_connection(minor: u32) {
@@ -385,31 +399,45 @@ fn abort_connections_under(dir: &Path) {
     });
 }
 
-/// Ends the test process when a test runs past its limit, so that a test that fails by
-/// hanging (a request nobody answers) still ends, and leaves nothing behind: its FUSE
-/// connections are aborted first (every waiting system call returns), then the process
-/// aborts, and its private mount namespace goes with it.
+/// Ends a test that runs past its limit, so that a test that fails by hanging (a request
+/// nobody answers) still ends and leaves nothing behind: its FUSE connections are aborted, so
+/// every system call waiting on them returns and the test fails and cleans up as any failed
+/// test does; if it still has not finished a while later, the process aborts, and its private
+/// mount namespace goes with it.
 pub(crate) struct Watchdog {
     done: Arc<(Mutex<bool>, Condvar)>,
 }
 
 impl Watchdog {
+    /// How long a test has to fail on its own after its connections were aborted.
+    const GRACE: Duration = Duration::from_secs(10);
+
     pub(crate) fn arm(test: &'static str, limit: Duration) -> Watchdog {
         let done = Arc::new((Mutex::new(false), Condvar::new()));
         let watched = Arc::clone(&done);
         std::thread::spawn(move || {
             let (lock, cvar) = &*watched;
-            let deadline = Instant::now() + limit;
-            let mut finished = lock.lock().unwrap();
-            while !*finished {
-                let left = deadline.saturating_duration_since(Instant::now());
-                if left.is_zero() {
-                    eprintln!("WATCHDOG: {test} ran longer than {limit:?}; aborting it");
-                    abort_connections_under(Path::new("/"));
-                    std::thread::sleep(Duration::from_secs(2));
-                    std::process::abort();
-                }
-                finished = cvar.wait_timeout(finished, left).unwrap().0;
+            let finished = lock
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let (finished, timeout) = cvar
+                .wait_timeout_while(finished, limit, |finished| !*finished)
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if !timeout.timed_out() {
+                return;
+            }
+            drop(finished);
+            eprintln!("WATCHDOG: {test} ran longer than {limit:?}; aborting its FUSE connections");
+            abort_connections_under(Path::new("/"));
+            let finished = lock
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let (_finished, timeout) = cvar
+                .wait_timeout_while(finished, Self::GRACE, |finished| !*finished)
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if timeout.timed_out() {
+                eprintln!("WATCHDOG: {test} is still running; aborting the process");
+                std::process::abort();
             }
         });
         Watchdog { done }
