@@ -185,7 +185,8 @@ fn outage_and_recovery(
         every_operation_fails(&root, &held, expected);
         heal(faults);
     });
-    assert!(took > handle_lease() + handle_lease() / 3);
+    // Renewed at most just before the outage began, the handle expired a lease later.
+    assert!(took > handle_lease() + Duration::from_secs(1), "{took:?}");
     every_operation_works(&root, b"before");
     let mut buf = [0u8; 6];
     assert_eq!(
