@@ -574,6 +574,9 @@ impl Volume {
         }))
     }
 
+    /// A directory listing in cookie order. An entry's cookie is derived from its name alone
+    /// ([`dir_cookie`]), so removing or adding other entries never moves it: a reader that
+    /// unlinks as it lists resumes exactly after the last entry it saw.
     fn readdir(&mut self, r: &v1::ReaddirRequest) -> OpResult {
         let id = ident(r.dir.as_ref())?;
         let fd = self.inodes.open(id, OFlags::RDONLY | OFlags::DIRECTORY)?;
@@ -581,28 +584,26 @@ impl Volume {
             0 => READDIR_MAX,
             n => n.min(READDIR_MAX),
         };
+        let mut names = Vec::new();
         let mut dir = rustix::fs::Dir::read_from(&fd)?;
-        let mut entries = Vec::new();
-        let mut index: u64 = 0;
-        let mut end = true;
         while let Some(item) = dir.read() {
-            let item = item?;
-            let raw = item.file_name().to_bytes();
+            let raw = item?.file_name().to_bytes().to_vec();
             if raw == b"." || raw == b".." {
                 continue;
             }
-            index += 1;
-            if index <= r.offset {
-                continue;
+            let cookie = dir_cookie(&raw);
+            if cookie > r.offset {
+                names.push((cookie, raw));
             }
-            if entries.len() == limit {
-                end = false;
-                break;
-            }
-            let name = OsStr::from_bytes(raw);
+        }
+        names.sort_unstable();
+        let mut entries = Vec::new();
+        let mut end = true;
+        let mut iter = names.into_iter().peekable();
+        while let Some((cookie, raw)) = iter.next() {
             let child = match rustix::fs::openat(
                 &fd,
-                name,
+                OsStr::from_bytes(&raw),
                 OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
                 Mode::empty(),
             ) {
@@ -614,14 +615,31 @@ impl Volume {
             let attr = entry.attr.unwrap_or_default();
             entries.push(v1::DirEntry {
                 file: entry.file,
-                name: raw.to_vec(),
+                name: raw,
                 file_type: attr.mode & libc::S_IFMT,
-                next_offset: index,
+                next_offset: cookie,
                 attr: r.plus.then_some(attr),
             });
+            // A batch never ends between two names of the same cookie (a hash collision), so
+            // resuming after a cookie skips nothing.
+            if entries.len() >= limit && iter.peek().is_some_and(|(next, _)| *next != cookie) {
+                end = false;
+                break;
+            }
         }
         Ok(Done::Readdir(v1::ReaddirReply { entries, end }))
     }
+}
+
+/// The cookie of a directory entry: 62 bits of the SHA-256 of its name, plus one (0 means "from
+/// the start"). Stable across restarts and upgrades, independent of other entries, and small
+/// enough that a client may add a few offsets of its own (FUSE offsets are `i64`).
+pub(crate) fn dir_cookie(name: &[u8]) -> u64 {
+    use sha2::Digest as _;
+    let digest = sha2::Sha256::digest(name);
+    let mut first = [0u8; 8];
+    first.copy_from_slice(&digest[..8]);
+    (u64::from_be_bytes(first) >> 2) + 1
 }
 
 /// [`InodeTable::identify`] with journal failures told apart from filesystem errors.
@@ -637,6 +655,18 @@ fn identify(
 #[cfg(test)]
 mod tests {
     use super::name;
+
+    #[test]
+    fn directory_cookies_are_stable_nonzero_and_leave_room_for_client_offsets() {
+        let a = super::dir_cookie(b"a");
+        assert_eq!(a, super::dir_cookie(b"a"));
+        assert_ne!(a, super::dir_cookie(b"b"));
+        for name in [&b""[..], b"x", &[0xff; 255]] {
+            let cookie = super::dir_cookie(name);
+            assert!(cookie >= 1 && cookie <= (u64::MAX >> 2) + 1, "{cookie}");
+            assert!(i64::try_from(cookie + 2).is_ok());
+        }
+    }
 
     #[test]
     fn names_are_single_components() {

@@ -1043,13 +1043,11 @@ fn a_full_readdirplus_reply_leaks_no_node() {
 }
 
 /// POSIX: an entry neither removed nor added since the directory was opened is returned
-/// exactly once. The reference worker's readdir cookie is an entry's index in a fresh scan of
-/// the directory, so every entry removed behind the reader shifts the rest back and the next
-/// batch skips as many: a loop that reads and unlinks misses about half of 1,000 entries.
-/// (`rm -rf`, `find -delete` and Python's `rmtree` read a whole directory first and are not
-/// affected.) Needs stable cookies from the worker; see SEMANTICS.md.
+/// exactly once, also to a loop that unlinks as it reads. Regression: the reference worker's
+/// readdir cookie was an entry's index in a fresh scan, so every entry removed behind the
+/// reader shifted the rest back and such a loop missed about half of 1,000 entries; cookies
+/// now come from the entry's name alone.
 #[test]
-#[ignore = "the reference worker's readdir cookies are indices; see SEMANTICS.md"]
 fn unlinking_while_listing_skips_no_remaining_entry() {
     let Some(setup) = Setup::new(
         "unlinking_while_listing_skips_no_remaining_entry",
