@@ -663,7 +663,7 @@ mod tests {
         assert_ne!(a, super::dir_cookie(b"b"));
         for name in [&b""[..], b"x", &[0xff; 255]] {
             let cookie = super::dir_cookie(name);
-            assert!(cookie >= 1 && cookie <= (u64::MAX >> 2) + 1, "{cookie}");
+            assert!((1..=(u64::MAX >> 2) + 1).contains(&cookie), "{cookie}");
             assert!(i64::try_from(cookie + 2).is_ok());
         }
     }
