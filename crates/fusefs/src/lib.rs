@@ -20,6 +20,9 @@
 //!
 //! What the filesystem supports and why is in `SEMANTICS.md` beside this crate.
 //!
+//! Keep the tokio runtime alive for as long as a volume is mounted: fuse3 reads `/dev/fuse` in a
+//! blocking task, and dropping the runtime waits for that read, which only ends with the mount.
+//!
 //! What it does not do: it does not claim or renew the mount lease (the node's mount owner does,
 //! with [`lease_client::MountLease`]), it caches nothing, and it has no locks or shared mmap.
 //!
@@ -57,5 +60,5 @@ mod service;
 pub use adapter::FuseAdapter;
 pub use errno::{Errno, MAX_ERRNO, errno_of};
 pub use fs::{Caller, Fs, FsConfig, ROOT_NODE, TTL};
-pub use mount::{FS_TYPE, MountError, Mounted, SUBTYPE, abort_connection, mount};
+pub use mount::{FS_TYPE, FUSECTL, MountError, Mounted, SUBTYPE, abort_connection, mount};
 pub use service::FileService;

@@ -225,8 +225,26 @@ impl Drop for Mounted {
     }
 }
 
+/// Where fusectl is mounted on a usual system.
+pub const FUSECTL: &str = "/sys/fs/fuse/connections";
+
 /// Aborts a FUSE connection through fusectl (`/sys/fs/fuse/connections/<minor>/abort`). Only for
 /// a connection already known to be dead: every pending and future request fails.
+///
+/// fusectl must be mounted there (`mount -t fusectl fusectl /sys/fs/fuse/connections`); this
+/// function never mounts anything itself, and says so when it is missing.
 pub fn abort_connection(minor: u32) -> io::Result<()> {
-    std::fs::write(format!("/sys/fs/fuse/connections/{minor}/abort"), b"1")
+    let abort = format!("{FUSECTL}/{minor}/abort");
+    std::fs::write(&abort, b"1").map_err(|e| match e.kind() {
+        io::ErrorKind::NotFound if !Path::new(FUSECTL).join(minor.to_string()).exists() => {
+            io::Error::new(
+                io::ErrorKind::NotFound,
+                format!(
+                    "no fusectl entry for connection {minor}: is fusectl mounted at {FUSECTL}? \
+                 (mount -t fusectl fusectl {FUSECTL})"
+                ),
+            )
+        }
+        _ => e,
+    })
 }
