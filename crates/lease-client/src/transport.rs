@@ -227,6 +227,10 @@ impl HttpsTransport {
             .enable_http2()
             .wrap_connector(http);
         let pool = HyperClient::builder(TokioExecutor::new())
+            // Room for whole 1 MiB replies on all 64 admitted calls at once, in large frames.
+            .http2_initial_stream_window_size(4 << 20)
+            .http2_initial_connection_window_size(64 << 20)
+            .http2_max_frame_size(256 << 10)
             .timer(TokioTimer::new())
             .pool_timer(TokioTimer::new())
             .pool_idle_timeout(Duration::from_secs(90))

@@ -390,10 +390,22 @@ async fn serve_connection(
         return;
     };
     let service = hyper::service::service_fn(move |request| handle(Arc::clone(&shared), request));
-    let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
-        .serve_connection(TokioIo::new(tls), service)
-        .await;
+    let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+    // Room for whole 1 MiB requests on every stream the client may have in flight, in frames
+    // large enough that a megabyte is a handful of them, not sixty-four.
+    builder
+        .http2()
+        .initial_stream_window_size(H2_STREAM_WINDOW)
+        .initial_connection_window_size(H2_CONNECTION_WINDOW)
+        .max_frame_size(H2_MAX_FRAME);
+    let _ = builder.serve_connection(TokioIo::new(tls), service).await;
 }
+
+/// HTTP/2 flow control: a stream's window holds a whole request (1 MiB of data and the rest of
+/// the message), and the connection's holds 64 of them (the client's admission limit).
+const H2_STREAM_WINDOW: u32 = 4 << 20;
+const H2_CONNECTION_WINDOW: u32 = 64 << 20;
+const H2_MAX_FRAME: u32 = 256 << 10;
 
 /// Returned by the service to reset the connection instead of answering (a dropped reply).
 #[derive(Debug)]
