@@ -37,13 +37,15 @@ fn dead_daemon_child() {
         .enable_all()
         .build()
         .unwrap();
-    let state = tempfile::tempdir().unwrap();
+    // Beside the mount point, inside the parent test's temporary directory, which removes it:
+    // this process is killed and cleans up nothing.
+    let state = mount_point.with_extension("state");
     let pki = Pki::generate("dead-daemon").unwrap();
     let spec = volume("v1.dead-daemon", AccessMode::Rwx);
     rt.block_on(async {
         let server = leader(
             &pki,
-            state.path(),
+            &state,
             std::slice::from_ref(&spec),
             TOKEN,
             Timings::default(),

@@ -174,6 +174,7 @@ fn a_mount_on_a_parent_is_refused() {
     // The root itself may be a mount point (a hostPath inside a pod always is).
     let root = TargetRoot::new(&pods).unwrap();
     root.resolve(&pods.join("p/mount")).unwrap();
+    test_support::detach_mounts_below(dir.path());
 }
 
 #[test]
@@ -268,5 +269,6 @@ fn binds_inherit_the_source_mount_flags_on_every_path() {
         mounter
             .unmount(&target, &mounter.source_identity(&source).unwrap())
             .unwrap();
+        test_support::detach_mounts_below(dir.path());
     }
 }

@@ -468,6 +468,7 @@ fn real_mounts_with_escaped_names_are_found_by_their_decoded_names() {
         m.mount_id()
     );
     assert_eq!(table.mounts_at_or_below(dir.path()).count(), 2);
+    test_support::detach_mounts_below(dir.path());
 }
 
 #[test]
@@ -494,4 +495,5 @@ fn watcher_wakes_on_a_mount_and_not_before() {
     assert!(!watcher.wait(Some(Duration::from_millis(20))).unwrap());
     let text = mountinfo::read_self().unwrap();
     assert!(MountTable::parse(&text).unwrap().is_mount_point(dir.path()));
+    test_support::detach_mounts_below(dir.path());
 }

@@ -77,6 +77,54 @@ pub fn try_private_mount_namespace() -> Result<(), Unprivileged> {
     Ok(())
 }
 
+/// Detaches every mount at or below `dir` in this thread's mount namespace, deepest first, so
+/// that a temporary directory a test mounted into can be removed when the test ends (a private
+/// namespace drops its mounts only when its last thread exits, after the directory's cleanup has
+/// already failed). Returns how many mounts it detached.
+pub fn detach_mounts_below(dir: &std::path::Path) -> usize {
+    use std::os::unix::ffi::OsStrExt;
+    let Ok(table) = std::fs::read("/proc/thread-self/mountinfo") else {
+        return 0;
+    };
+    let mut points: Vec<std::path::PathBuf> = table
+        .split(|&b| b == b'\n')
+        .filter_map(|line| line.split(|&b| b == b' ').nth(4))
+        .map(|field| std::path::PathBuf::from(std::ffi::OsStr::from_bytes(&unescape(field))))
+        .filter(|point| point.starts_with(dir))
+        .collect();
+    // Deepest (and, at one point, latest) first.
+    points.reverse();
+    points.sort_by_key(|p| std::cmp::Reverse(p.components().count()));
+    points
+        .iter()
+        .filter(|p| {
+            rustix::mount::unmount(p.as_path(), rustix::mount::UnmountFlags::DETACH).is_ok()
+        })
+        .count()
+}
+
+/// Decodes mountinfo's octal escapes (`\040` and the like).
+fn unescape(field: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(field.len());
+    let mut i = 0;
+    while i < field.len() {
+        let octal = field
+            .get(i + 1..i + 4)
+            .filter(|d| field[i] == b'\\' && d.iter().all(|c| (b'0'..=b'7').contains(c)));
+        match octal {
+            Some(d) => {
+                out.push((d[0] - b'0') * 64 + (d[1] - b'0') * 8 + (d[2] - b'0'));
+                i += 4;
+            }
+            None => {
+                out.push(field[i]);
+                i += 1;
+            }
+        }
+    }
+    out
+}
+
 #[allow(unsafe_code)]
 fn unshare_mount_namespace(flags: rustix::thread::UnshareFlags) -> rustix::io::Result<()> {
     // SAFETY: the flags only ever hold NEWNS (which implies FS); the file descriptor table stays
@@ -87,6 +135,32 @@ fn unshare_mount_namespace(flags: rustix::thread::UnshareFlags) -> rustix::io::R
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn mounts_below_a_directory_are_detached_so_it_can_be_removed() {
+        if !private_mount_namespace("mounts_below_a_directory_are_detached_so_it_can_be_removed") {
+            return;
+        }
+        let dir = std::env::temp_dir().join(format!("test-support-{}", std::process::id()));
+        let odd = dir.join("a b");
+        std::fs::create_dir_all(odd.join("inner")).unwrap();
+        let tmpfs = |at: &std::path::Path| {
+            rustix::mount::mount(
+                "tmpfs",
+                at,
+                "tmpfs",
+                rustix::mount::MountFlags::empty(),
+                None,
+            )
+            .unwrap();
+        };
+        tmpfs(&odd);
+        std::fs::create_dir(odd.join("inner")).unwrap();
+        tmpfs(&odd.join("inner"));
+        assert_eq!(detach_mounts_below(&dir), 2);
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert_eq!(unescape(b"a\\040b\\134"), b"a b\\");
+    }
 
     #[test]
     fn private_namespace_differs_from_the_initial_one() {

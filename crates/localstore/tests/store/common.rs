@@ -38,6 +38,14 @@ impl Root {
     }
 }
 
+impl Drop for Root {
+    fn drop(&mut self) {
+        // Mounts a privileged test made below the root would keep the directory from being
+        // removed.
+        test_support::detach_mounts_below(self.dir.path());
+    }
+}
+
 /// Whether the tests run as root (store roots must be root-owned).
 pub(crate) fn is_root() -> bool {
     rustix::process::geteuid().is_root()
