@@ -67,7 +67,8 @@ pub fn demo(options: &Options, out: &mut dyn Write) -> Outcome {
 
 fn run(options: &Options, report: &mut Report<'_>) -> Result<(), Failure> {
     report.sync_step("enter a private mount namespace", || {
-        namespace::enter_private_mount_namespace().map_err(|e| error_chain(&e))?;
+        namespace::enter_private_mount_namespace()
+            .map_err(|e| tak_os_local_csi::status::chain(&e))?;
         Ok(Done::said(
             "nothing mounted from here on is visible on the host",
         ))
@@ -266,16 +267,4 @@ fn log_tail(report: &mut Report<'_>, log: &Path) {
     for line in tail {
         report.say(format_args!("  | {line}"));
     }
-}
-
-/// An error and its sources, joined with `: `.
-fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }

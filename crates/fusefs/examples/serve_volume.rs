@@ -22,8 +22,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fusefs::{Fs, FsConfig};
-use lease_client::protocol::VolumeGeneration;
-use lease_client::{Budgets, Client, ClientConfig, EndpointSet, HttpsTransport};
+use lease_client::Budgets;
 use worker::testing::{Pki, leader, volume};
 use worker::{AccessMode, Timings};
 
@@ -72,17 +71,8 @@ fn serve(
         TOKEN,
         Timings::default(),
     ))?;
-    let budgets = Budgets::default();
-    let client = Client::new(
-        ClientConfig {
-            volume_id: spec.volume_id.clone(),
-            volume_generation: VolumeGeneration(spec.volume_generation),
-            access_mode: spec.access_mode.to_wire(),
-            endpoints: EndpointSet::new([server.endpoint()])?,
-            budgets,
-        },
-        HttpsTransport::with_credentials(&budgets, &pki.credentials(TOKEN)?),
-    );
+    let client =
+        worker::testing::client(&pki, &spec, &server.endpoint(), TOKEN, Budgets::default())?;
     let fs = Arc::new(Fs::new(client, FsConfig::default()));
     let renewal = rt.spawn({
         let fs = Arc::clone(&fs);

@@ -143,7 +143,8 @@ impl Mounted {
         self.device
     }
 
-    /// Unmounts after checking that the mount at the path is this volume's FUSE mount and that
+    /// Unmounts after checking that the mount at the path is this volume's FUSE mount (device,
+    /// root `/`, type, source) and that
     /// no other mount (a bind of it) still uses the connection, then waits for the session to
     /// end, at most `wait`.
     pub async fn unmount(mut self, wait: Duration) -> Result<(), MountError> {
@@ -159,16 +160,20 @@ impl Mounted {
         let ours = |m: &&mountinfo::Mount<'_>| (m.major(), m.minor()) == self.device;
         match table.by_mount_point(&self.path) {
             Some(m)
-                if ours(&m) && m.fs_type() == FS_TYPE && m.source() == self.volume_id.as_str() => {}
+                if ours(&m)
+                    && m.root() == Path::new("/")
+                    && m.fs_type() == FS_TYPE
+                    && m.source() == self.volume_id.as_str() => {}
             Some(m) => {
                 return Err(MountError::NotOurs {
                     volume_id: self.volume_id.clone(),
                     path: self.path.clone(),
                     found: format!(
-                        "{} {}:{} {}",
+                        "{} {}:{} root {} {}",
                         m.fs_type().to_string_lossy(),
                         m.major(),
                         m.minor(),
+                        m.root().display(),
                         m.source().to_string_lossy()
                     ),
                 });
@@ -194,11 +199,27 @@ impl Mounted {
                 others,
             });
         }
+        // Unmount through the parent held open without following symlinks, so that a parent
+        // swapped for a symlink after the check cannot redirect the unmount.
+        let (Some(parent), Some(name)) = (self.path.parent(), self.path.file_name()) else {
+            return Err(io("unmount", io::Error::from_raw_os_error(libc::EINVAL)));
+        };
+        let parent = rustix::fs::openat2(
+            rustix::fs::CWD,
+            parent,
+            rustix::fs::OFlags::PATH | rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::CLOEXEC,
+            rustix::fs::Mode::empty(),
+            rustix::fs::ResolveFlags::NO_SYMLINKS,
+        )
+        .map_err(|e| io("open the parent of", e.into()))?;
+        let pinned = Path::new("/proc/self/fd")
+            .join(std::os::fd::AsRawFd::as_raw_fd(&parent).to_string())
+            .join(name);
         // A file closed a moment ago may still hold the mount while the kernel sends its
         // RELEASE in the background: EBUSY for that short while is retried, within `wait`.
         let deadline = tokio::time::Instant::now() + wait;
         loop {
-            match rustix::mount::unmount(&self.path, rustix::mount::UnmountFlags::NOFOLLOW) {
+            match rustix::mount::unmount(&pinned, rustix::mount::UnmountFlags::NOFOLLOW) {
                 Ok(()) => break,
                 Err(rustix::io::Errno::BUSY) if tokio::time::Instant::now() < deadline => {
                     tokio::time::sleep(Duration::from_millis(20)).await;

@@ -173,6 +173,20 @@ fn a_frozen_or_killed_daemon_is_never_asked() {
         std::thread::sleep(Duration::from_millis(20));
     }
 
+    // statmount's sb_source (Linux 6.13) is what lets the kernel probe answer without the
+    // table; on such kernels the probe must really be the kernel's, not the fallback.
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
+    let mut parts = release
+        .trim()
+        .split(['.', '-'])
+        .map(|p| p.parse::<u32>().unwrap_or(0));
+    if (parts.next().unwrap_or(0), parts.next().unwrap_or(0)) >= (6, 13) {
+        assert!(
+            LinuxMounter::kernel_probe_available(),
+            "kernel {release} answers statmount"
+        );
+    }
+
     signal(&daemon.0, rustix::process::Signal::STOP);
     check_kernel_only_answers(dir.path(), &mount_point, "frozen daemon");
 
@@ -187,6 +201,19 @@ fn a_frozen_or_killed_daemon_is_never_asked() {
         .unwrap();
     let mounter = LinuxMounter::new();
     let found = mounter.mounted_at(&target).unwrap().unwrap();
+    let other_volume = mounter::MountIdentity {
+        source: "v1.another-volume".into(),
+        ..found.identity.clone()
+    };
+    let refused = mounter.unmount(&target, &other_volume).unwrap_err();
+    assert!(
+        matches!(refused, mounter::Error::ForeignMount { .. }),
+        "{refused}"
+    );
+    assert!(
+        mounter.mounted_at(&target).unwrap().is_some(),
+        "a refused unmount leaves it"
+    );
     assert_eq!(
         mounter.unmount(&target, &found.identity).unwrap(),
         mounter::Unmounted::Unmounted

@@ -29,8 +29,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use fusefs::{Fs, FsConfig};
-use lease_client::protocol::VolumeGeneration;
-use lease_client::{Budgets, Client, ClientConfig, EndpointSet, HttpsTransport};
+use lease_client::Budgets;
 use worker::testing::{Pki, leader, volume};
 use worker::{AccessMode, Timings};
 
@@ -274,17 +273,9 @@ fn pjdfstest_passes_except_the_documented_cases() {
             Timings::default(),
         ))
         .unwrap();
-    let budgets = Budgets::default();
-    let client = Client::new(
-        ClientConfig {
-            volume_id: spec.volume_id.clone(),
-            volume_generation: VolumeGeneration(spec.volume_generation),
-            access_mode: spec.access_mode.to_wire(),
-            endpoints: EndpointSet::new([server.endpoint()]).unwrap(),
-            budgets,
-        },
-        HttpsTransport::with_credentials(&budgets, &pki.credentials(TOKEN).unwrap()),
-    );
+    let client =
+        worker::testing::client(&pki, &spec, &server.endpoint(), TOKEN, Budgets::default())
+            .unwrap();
     let fs = Arc::new(Fs::new(client, FsConfig::default()));
     let renewal = rt.spawn({
         let fs = Arc::clone(&fs);

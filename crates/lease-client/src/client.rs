@@ -76,13 +76,24 @@ impl<T> std::fmt::Debug for Client<T> {
 
 /// One logical call, encoded once: send it with [`Client::send`] as often as needed (after
 /// an [`Error::Uncertain`], say) and every attempt carries the identical bytes and request
-/// ID.
-#[derive(Debug, Clone)]
+/// ID. Its `Debug` output shows the body's length only: the body may hold file contents.
+#[derive(Clone)]
 pub struct PreparedCall {
     request_id: RequestId,
     op: &'static str,
     body: Bytes,
     prepared_at: Instant,
+}
+
+impl std::fmt::Debug for PreparedCall {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PreparedCall")
+            .field("request_id", &self.request_id)
+            .field("op", &self.op)
+            .field("body_bytes", &self.body.len())
+            .field("prepared_at", &self.prepared_at)
+            .finish()
+    }
 }
 
 impl PreparedCall {
@@ -401,5 +412,23 @@ pub(crate) fn error_label(error: &Error) -> &'static str {
         | Error::InvalidEndpoint { .. }
         | Error::NoEndpoints
         | Error::InvalidCredentials { .. } => "error",
+    }
+}
+
+#[cfg(test)]
+mod debug_tests {
+    #[test]
+    fn a_prepared_call_never_shows_its_body() {
+        let call = super::PreparedCall {
+            request_id: crate::protocol::RequestId([7; 16]),
+            op: "write",
+            body: bytes::Bytes::from_static(b"secret file contents"),
+            prepared_at: std::time::Instant::now(),
+        };
+        let shown = format!("{call:?}");
+        assert!(
+            !shown.contains("secret") && shown.contains("body_bytes: 20"),
+            "{shown}"
+        );
     }
 }

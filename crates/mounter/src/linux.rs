@@ -200,8 +200,12 @@ impl LinuxMounter {
             attrs: options.attrs.union(inherited),
             ..options
         };
-        let pinned = target.pinned_path();
-        rustix::mount::mount_bind(source, &pinned)
+        // mount(2) follows a symlink in the last component: mount on the directory itself,
+        // held open without following one, instead of on its name.
+        let dir = target
+            .open_dir()
+            .map_err(|e| io_error("open", target.path(), e))?;
+        rustix::mount::mount_bind(source, fd_path(&dir))
             .map_err(|e| io_error("bind mount", target.path(), e))?;
         let (set, clear) = options.setattr_bits();
         if set | clear == 0 {
@@ -223,15 +227,32 @@ impl LinuxMounter {
                 flags |= flag;
             }
         }
-        if let Err(e) = rustix::mount::mount_remount(&pinned, flags, "") {
+        // The held directory is now the covered mount point; the new mount's root is what the
+        // name resolves to now (opened again without following a symlink).
+        let remounted = target
+            .open_dir()
+            .map_err(|e| io_error("open", target.path(), e))
+            .and_then(|root| {
+                rustix::mount::mount_remount(fd_path(&root), flags, "")
+                    .map_err(|e| io_error("bind remount", target.path(), e))
+            });
+        if let Err(error) = remounted {
             // Never leave a writable bind behind when a read-only one was asked for; but only
             // take down what is verifiably the bind just made.
             let expected = self.source_identity(source)?;
             let _ = self.unmount(target, &expected);
-            return Err(io_error("bind remount", target.path(), e));
+            return Err(error);
         }
         Ok(())
     }
+}
+
+/// The `/proc/self/fd` path of an open file: the kernel resolves it to that very file.
+fn fd_path(fd: &std::os::fd::OwnedFd) -> PathBuf {
+    PathBuf::from(format!(
+        "/proc/self/fd/{}",
+        std::os::fd::AsRawFd::as_raw_fd(fd)
+    ))
 }
 
 impl Mounter for LinuxMounter {

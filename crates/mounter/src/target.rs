@@ -198,6 +198,16 @@ impl Target {
         &self.name
     }
 
+    /// Opens the target directory itself (`O_PATH`), never following a symlink at its name.
+    pub(crate) fn open_dir(&self) -> rustix::io::Result<OwnedFd> {
+        rustix::fs::openat(
+            &self.parent,
+            &self.name,
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+    }
+
     /// The target's path through the held parent descriptor, for syscalls that only take a
     /// path: the kernel resolves `/proc/self/fd/N` to the directory we validated.
     pub(crate) fn pinned_path(&self) -> PathBuf {

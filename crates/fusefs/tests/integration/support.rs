@@ -9,11 +9,8 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use fusefs::{Fs, FsConfig, Mounted};
-use lease_client::protocol::{MountEpoch, VolumeGeneration};
-use lease_client::{
-    Budgets, Client, ClientConfig, EndpointSet, HttpsTransport, LeaseConfig, MountLease,
-    RenewalTask,
-};
+use lease_client::protocol::MountEpoch;
+use lease_client::{Budgets, Client, HttpsTransport, LeaseConfig, MountLease, RenewalTask};
 use tempfile::TempDir;
 use worker::testing::{Pki, leader, volume};
 use worker::{AccessMode, Config, Server, SystemClock, Timings, Tokens, VolumeSpec};
@@ -118,18 +115,7 @@ impl Volume {
     }
 
     pub(crate) fn client(&self) -> Client<HttpsTransport> {
-        let budgets = budgets();
-        let config = ClientConfig {
-            volume_id: self.spec.volume_id.clone(),
-            volume_generation: VolumeGeneration(self.spec.volume_generation),
-            access_mode: self.spec.access_mode.to_wire(),
-            endpoints: EndpointSet::new([self.endpoint()]).unwrap(),
-            budgets,
-        };
-        Client::new(
-            config,
-            HttpsTransport::with_credentials(&budgets, &self.pki.credentials(TOKEN).unwrap()),
-        )
+        worker::testing::client(&self.pki, &self.spec, &self.endpoint(), TOKEN, budgets()).unwrap()
     }
 
     /// Where the worker keeps the volume's files (the backing directory).

@@ -316,6 +316,7 @@ const CHILD_OTHER_ERROR: i32 = 42;
 /// Without the environment variables it does nothing. With them it writes the marker file (proof
 /// that this function ran), tries to open the store and exits with the code of the outcome.
 #[test]
+#[ignore = "the child process of second_opener_fails_at_once_in_another_process"]
 #[allow(
     clippy::exit,
     reason = "the exit code is how the child reports its outcome"
@@ -345,7 +346,12 @@ fn open_in_child(root: &Root) -> i32 {
     let scratch = tempfile::tempdir().unwrap();
     let marker = scratch.path().join("child-ran");
     let status = std::process::Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "lifecycle::open_child_entry", "--test-threads=1"])
+        .args([
+            "--exact",
+            "lifecycle::open_child_entry",
+            "--ignored",
+            "--test-threads=1",
+        ])
         .env(OPEN_CHILD_ENV, root.path())
         .env(OPEN_CHILD_MARKER_ENV, &marker)
         .stdout(std::process::Stdio::null())

@@ -80,9 +80,21 @@ async fn a_call_switches_endpoints_when_one_worker_is_down() {
         &[dead_endpoint().await, server.endpoint()],
         budgets(),
     );
+    // The first staged endpoint refuses connections: every call must still succeed, which it
+    // can only do by moving on to the live worker, and each reaches that worker exactly once.
     for _ in 0..3 {
-        client.call(getattr(root())).await.unwrap();
+        let result = client.call(getattr(root())).await.unwrap();
+        assert!(
+            matches!(result, lease_client::v1::reply::Result::Getattr(_)),
+            "{}",
+            result.name()
+        );
     }
+    assert_eq!(
+        server.faults().arrivals().len(),
+        3,
+        "one arrival per call at the live worker"
+    );
     server.stop().await;
 }
 
