@@ -20,7 +20,8 @@
 //!
 //! Environment (defaults are the figures): `BENCH_SIZE_MIB` (1024), `BENCH_ROUNDS` (3),
 //! `BENCH_FILES` (10000), `BENCH_RANDOM_READS` (2000), `BENCH_RUNTIME_THREADS` (the tokio
-//! worker threads that serve both the FUSE session and the worker; 4), `TMPDIR` (where the
+//! worker threads that serve both the FUSE session and the worker; 4), `BENCH_CALL_KIB`
+//! (fusefs's `call_data_bytes` in KiB; its default), `TMPDIR` (where the
 //! worker's state, the sshfs export and the mount points go).
 
 #![allow(
@@ -71,6 +72,7 @@ struct Settings {
     files: usize,
     random_reads: usize,
     runtime_threads: usize,
+    call_kib: usize,
 }
 
 impl Settings {
@@ -81,6 +83,7 @@ impl Settings {
             files: env_or("BENCH_FILES", 10_000),
             random_reads: env_or("BENCH_RANDOM_READS", 2_000),
             runtime_threads: env_or("BENCH_RUNTIME_THREADS", 4),
+            call_kib: env_or("BENCH_CALL_KIB", FsConfig::default().call_data_bytes >> 10),
         }
     }
 }
@@ -388,7 +391,7 @@ struct Replicated {
 }
 
 impl Replicated {
-    async fn start(work: &Path) -> Replicated {
+    async fn start(work: &Path, call_data_bytes: usize) -> Replicated {
         let state = tempfile::tempdir_in(work).unwrap();
         let pki = Pki::generate("fusefs-bench").unwrap();
         let spec = volume(VOLUME, AccessMode::Rwx);
@@ -409,7 +412,11 @@ impl Replicated {
             inner: client,
             stats: Arc::clone(&stats),
         };
-        let fs = Arc::new(Fs::new(client, FsConfig::default()));
+        let config = FsConfig {
+            call_data_bytes,
+            ..FsConfig::default()
+        };
+        let fs = Arc::new(Fs::new(client, config));
         let renewal = tokio::spawn({
             let fs = Arc::clone(&fs);
             async move { fs.run_handle_renewal().await }
@@ -921,7 +928,7 @@ fn main() {
         .enable_all()
         .build()
         .unwrap();
-    let replicated = runtime.block_on(Replicated::start(work.path()));
+    let replicated = runtime.block_on(Replicated::start(work.path(), settings.call_kib << 10));
     let mut sshfs = match Sshfs::start(work.path()) {
         Ok(sshfs) => sshfs,
         Err(e) => {

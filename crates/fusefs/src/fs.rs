@@ -7,12 +7,13 @@ use std::os::unix::ffi::OsStrExt;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use fuse3::raw::reply::{
     DirectoryEntry, DirectoryEntryPlus, ReplyAttr, ReplyCreated, ReplyData, ReplyEntry, ReplyOpen,
     ReplyStatFs, ReplyWrite,
 };
 use fuse3::{FileType, SetAttr};
+use futures_util::StreamExt as _;
 use lease_client::protocol::{FileId, MAX_DATA_BYTES, ROOT_INO};
 use lease_client::v1::reply::Result as ReplyResult;
 use lease_client::v1::request::Op;
@@ -51,7 +52,15 @@ pub struct FsConfig {
     pub readdir_batch: u32,
     /// How often open handles are renewed until a worker states its handle lease.
     pub default_handle_renewal: Duration,
+    /// The most file data one worker call carries (clamped to 4 KiB..=1 MiB). A larger read or
+    /// write is sent as several calls of this size, up to [`PARALLEL_CALLS`] of them in flight
+    /// at once, so that the two ends of the connection and the worker's disk work on the parts
+    /// of one request together instead of one after another.
+    pub call_data_bytes: usize,
 }
+
+/// How many calls of one read or write may be in flight at once.
+pub const PARALLEL_CALLS: usize = 8;
 
 impl Default for FsConfig {
     fn default() -> Self {
@@ -59,7 +68,14 @@ impl Default for FsConfig {
             root_generation: lease_client::protocol::ROOT_INODE_GENERATION,
             readdir_batch: 256,
             default_handle_renewal: Duration::from_secs(10),
+            call_data_bytes: 128 << 10,
         }
+    }
+}
+
+impl FsConfig {
+    fn call_data_bytes(&self) -> usize {
+        self.call_data_bytes.clamp(4 << 10, MAX_DATA_BYTES)
     }
 }
 
@@ -75,6 +91,18 @@ pub struct Fs<S> {
     handle_lease: Mutex<Option<Duration>>,
     /// Interrupts for requests that have not been sent yet.
     interrupts: Mutex<VecDeque<u64>>,
+}
+
+/// The parts of a read as one buffer, copied only when there is more than one.
+fn concat(mut parts: Vec<Bytes>) -> Bytes {
+    if parts.len() <= 1 {
+        return parts.pop().unwrap_or_default();
+    }
+    let mut whole = BytesMut::with_capacity(parts.iter().map(Bytes::len).sum());
+    for part in &parts {
+        whole.extend_from_slice(part);
+    }
+    whole.freeze()
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -137,13 +165,24 @@ impl<S: FileService> Fs<S> {
     /// could be sent. Once sent, a call runs to its outcome: an `EINTR` after sending would
     /// invite the application to repeat a mutation under a new request ID.
     async fn call(&self, caller: Caller, op: Op) -> Result<ReplyResult, Errno> {
-        {
-            let mut interrupts = lock(&self.interrupts);
-            if let Some(at) = interrupts.iter().position(|u| *u == caller.unique) {
+        self.not_interrupted(caller)?;
+        self.send(op).await
+    }
+
+    /// `EINTR` if the kernel interrupted `caller`'s request (which is then forgotten).
+    fn not_interrupted(&self, caller: Caller) -> Result<(), Errno> {
+        let mut interrupts = lock(&self.interrupts);
+        match interrupts.iter().position(|u| *u == caller.unique) {
+            Some(at) => {
                 interrupts.remove(at);
-                return Err(Errno::clamped(libc::EINTR));
+                Err(Errno::clamped(libc::EINTR))
             }
+            None => Ok(()),
         }
+    }
+
+    /// Sends `op`, whatever the kernel may have interrupted meanwhile.
+    async fn send(&self, op: Op) -> Result<ReplyResult, Errno> {
         let name = op.name();
         self.service.call(op).await.map_err(|error| {
             let errno = errno_of(&error);
@@ -476,7 +515,9 @@ impl<S: FileService> Fs<S> {
         })
     }
 
-    /// READ: split into requests of at most 1 MiB, in order; a short read ends it.
+    /// READ: one call per [`FsConfig::call_data_bytes`], several in flight, reassembled in
+    /// order. A short part is the end of the file; a failed part before it fails the read (a
+    /// short read would look like the end of the file).
     pub async fn read(
         &self,
         caller: Caller,
@@ -486,34 +527,40 @@ impl<S: FileService> Fs<S> {
         size: u32,
     ) -> Result<ReplyData, Errno> {
         let file = self.file(node)?;
-        let mut data = Vec::new();
-        let mut remaining = size as usize;
-        while remaining > 0 {
-            let chunk = remaining.min(MAX_DATA_BYTES);
+        self.not_interrupted(caller)?;
+        let part = self.config.call_data_bytes();
+        let calls = (0..size as usize).step_by(part).map(|start| {
+            let len = part.min(size as usize - start);
             let op = Op::Read(v1::ReadRequest {
                 file: Some(file.into()),
                 handle: fh,
-                offset: offset.saturating_add(data.len() as u64),
-                size: chunk as u32,
+                offset: offset.saturating_add(start as u64),
+                size: len as u32,
             });
-            let reply = expect!(self.call(caller, op).await?, Read);
-            let got = reply.data.len();
-            if got > chunk {
+            async move { (len, self.send(op).await) }
+        });
+        let mut replies = futures_util::stream::iter(calls).buffered(PARALLEL_CALLS);
+        let mut parts = Vec::new();
+        while let Some((len, reply)) = replies.next().await {
+            let data = expect!(reply?, Read).data;
+            if data.len() > len {
                 return Err(Errno::clamped(libc::EIO));
             }
-            data.extend_from_slice(&reply.data);
-            remaining -= got;
-            if got < chunk {
+            let short = data.len() < len;
+            parts.push(data);
+            if short {
                 break;
             }
         }
         Ok(ReplyData {
-            data: Bytes::from(data),
+            data: concat(parts),
         })
     }
 
-    /// WRITE: split into requests of at most 1 MiB, in order, with no promise that a larger
-    /// write is applied as one; a short write ends it.
+    /// WRITE: one call per [`FsConfig::call_data_bytes`], several in flight, each run to its
+    /// outcome. The reply counts the bytes before the first part that failed or was short,
+    /// and fails only if that is the first part; later parts may have been written too (there
+    /// is no promise that a request applies as one).
     pub async fn write(
         &self,
         caller: Caller,
@@ -524,22 +571,38 @@ impl<S: FileService> Fs<S> {
         flags: u32,
     ) -> Result<ReplyWrite, Errno> {
         let file = self.file(node)?;
+        self.not_interrupted(caller)?;
+        let part = self.config.call_data_bytes();
+        let ops: Vec<(usize, Op)> = (data.chunks(part).enumerate())
+            .map(|(index, chunk)| {
+                let op = Op::Write(v1::WriteRequest {
+                    file: Some(file.into()),
+                    handle: fh,
+                    offset: offset.saturating_add((index * part) as u64),
+                    data: Bytes::copy_from_slice(chunk),
+                    flags,
+                });
+                (chunk.len(), op)
+            })
+            .collect();
+        // Collected whole: a call already sent is never dropped half-way.
+        let replies: Vec<_> = futures_util::stream::iter(ops)
+            .map(|(len, op)| async move { (len, self.send(op).await) })
+            .buffered(PARALLEL_CALLS)
+            .collect()
+            .await;
         let mut written = 0usize;
-        for chunk in data.chunks(MAX_DATA_BYTES) {
-            let op = Op::Write(v1::WriteRequest {
-                file: Some(file.into()),
-                handle: fh,
-                offset: offset.saturating_add(written as u64),
-                data: Bytes::copy_from_slice(chunk),
-                flags,
-            });
-            let reply = expect!(self.call(caller, op).await?, Write);
-            let n = reply.written as usize;
-            if n > chunk.len() {
+        for (len, reply) in replies {
+            let n = match reply {
+                Ok(reply) => expect!(reply, Write).written as usize,
+                Err(errno) if written == 0 => return Err(errno),
+                Err(_) => break,
+            };
+            if n > len {
                 return Err(Errno::clamped(libc::EIO));
             }
             written += n;
-            if n < chunk.len() {
+            if n < len {
                 break;
             }
         }

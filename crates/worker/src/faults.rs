@@ -15,8 +15,8 @@ const ARRIVALS: usize = 4096;
 pub struct Arrival {
     /// The request ID (zeros when the body did not decode).
     pub request_id: [u8; 16],
-    /// SHA-256 of the request body.
-    pub digest: [u8; 32],
+    /// The 128-bit XXH3 hash of the request body (equal for a retry of the same request).
+    pub digest: [u8; 16],
 }
 
 /// A shared switchboard of injected faults, cloned into the server and the test.

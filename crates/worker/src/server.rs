@@ -13,7 +13,6 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use lease_client::protocol::{CALL_PATH, CONTENT_TYPE, MAX_MESSAGE_BYTES, decode_request};
 use lease_client::v1;
 use prost::Message as _;
-use sha2::{Digest as _, Sha256};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinSet;
@@ -510,7 +509,7 @@ async fn call(
         }
         Err(BodyError::Gone) => return Err(DroppedReply),
     };
-    let digest: [u8; 32] = Sha256::digest(&body).into();
+    let digest = crate::dedup::digest(&body);
     let decoded = decode_request(&body);
     shared.faults.record(Arrival {
         request_id: decoded.as_ref().map(|r| r.request_id.0).unwrap_or_default(),

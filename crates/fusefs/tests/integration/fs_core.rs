@@ -280,45 +280,70 @@ fn readdir_in_small_batches_yields_every_entry_once() {
 }
 
 #[test]
-fn reads_and_writes_over_a_mebibyte_are_split_in_order() {
+fn reads_and_writes_are_split_into_parts_and_reassembled_in_order() {
     with_worker(
-        "reads_and_writes_over_a_mebibyte_are_split_in_order",
+        "reads_and_writes_are_split_into_parts_and_reassembled_in_order",
         Timings::default().scaled(SCALE),
         async |volume| {
-            let fs = fs_of(volume, FsConfig::default());
-            let created = fs
-                .create(next(), ROOT_NODE, OsStr::new("big"), FILE, RDWR)
-                .await
-                .unwrap();
-            let (ino, fh) = (created.attr.ino, created.fh);
-            let len = 3 * MAX_DATA_BYTES + MAX_DATA_BYTES / 2;
-            let data: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
+            // Parts of 1 MiB, the most one call carries, and of the default size, which puts
+            // several calls of one request in flight at once.
+            for part in [MAX_DATA_BYTES, FsConfig::default().call_data_bytes] {
+                let fs = fs_of(
+                    volume,
+                    FsConfig {
+                        call_data_bytes: part,
+                        ..FsConfig::default()
+                    },
+                );
+                let name = format!("big-{part}");
+                let created = fs
+                    .create(next(), ROOT_NODE, OsStr::new(&name), FILE, RDWR)
+                    .await
+                    .unwrap();
+                let (ino, fh) = (created.attr.ino, created.fh);
+                let len = 3 * MAX_DATA_BYTES + MAX_DATA_BYTES / 2;
+                let data: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
 
-            let sent = volume.arrivals();
-            let written = fs.write(next(), ino, fh, 0, &data, 0).await.unwrap();
-            assert_eq!(written.written as usize, len);
-            assert_eq!(volume.arrivals() - sent, 4, "four write requests");
-            assert!(std::fs::read(volume.backing_dir().join("big")).unwrap() == data);
+                let sent = volume.arrivals();
+                let written = fs.write(next(), ino, fh, 0, &data, 0).await.unwrap();
+                assert_eq!(written.written as usize, len);
+                assert_eq!(
+                    volume.arrivals() - sent,
+                    len.div_ceil(part),
+                    "a call per part"
+                );
+                assert!(std::fs::read(volume.backing_dir().join(&name)).unwrap() == data);
 
-            // A read asking for more than there is: four requests, the last one short.
-            let sent = volume.arrivals();
-            let read = fs
-                .read(next(), ino, fh, 0, u32::try_from(len + 4096).unwrap())
-                .await
-                .unwrap();
-            assert!(read.data[..] == data[..], "reassembled in order");
-            assert_eq!(volume.arrivals() - sent, 4, "four read requests");
+                // A read asking for more than there is: the part with the end is short.
+                let sent = volume.arrivals();
+                let read = fs
+                    .read(next(), ino, fh, 0, u32::try_from(len + 4096).unwrap())
+                    .await
+                    .unwrap();
+                assert!(read.data[..] == data[..], "reassembled in order");
+                assert_eq!(volume.arrivals() - sent, (len + 4096).div_ceil(part));
 
-            // An unaligned read across two boundaries.
-            let sent = volume.arrivals();
-            let at = MAX_DATA_BYTES - 10;
-            let read = fs
-                .read(next(), ino, fh, at as u64, 2 * MAX_DATA_BYTES as u32)
-                .await
-                .unwrap();
-            assert!(read.data[..] == data[at..at + 2 * MAX_DATA_BYTES]);
-            assert_eq!(volume.arrivals() - sent, 2);
-            fs.release(next(), ino, fh, 0).await.unwrap();
+                // An unaligned read across part boundaries.
+                let sent = volume.arrivals();
+                let at = MAX_DATA_BYTES - 10;
+                let read = fs
+                    .read(next(), ino, fh, at as u64, 2 * MAX_DATA_BYTES as u32)
+                    .await
+                    .unwrap();
+                assert!(read.data[..] == data[at..at + 2 * MAX_DATA_BYTES]);
+                assert_eq!(
+                    volume.arrivals() - sent,
+                    (2 * MAX_DATA_BYTES).div_ceil(part)
+                );
+
+                // Past the end: nothing, and no error.
+                let read = fs
+                    .read(next(), ino, fh, 2 * len as u64, 4096)
+                    .await
+                    .unwrap();
+                assert!(read.data.is_empty());
+                fs.release(next(), ino, fh, 0).await.unwrap();
+            }
         },
     );
 }
