@@ -297,7 +297,7 @@ impl<T: Transport> Client<T> {
                         crate::policy::Failure::Timeout,
                     )));
                     let outcome = match sent {
-                        Ok(body) => match self.interpret(call, &body) {
+                        Ok(body) => match self.interpret(call, body) {
                             Interpreted::Final(result) => {
                                 shared.preferred.store(endpoint, Ordering::Relaxed);
                                 answer = Some(result);
@@ -360,7 +360,7 @@ impl<T: Transport> Client<T> {
         }
     }
 
-    fn interpret(&self, call: &PreparedCall, body: &[u8]) -> Interpreted {
+    fn interpret(&self, call: &PreparedCall, body: Bytes) -> Interpreted {
         let classified = decode_reply(body)
             .ok()
             .and_then(|reply| classify_reply(reply, &call.request_id, call.op).ok());

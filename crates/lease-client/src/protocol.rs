@@ -22,16 +22,16 @@
 //!     })),
 //! };
 //! let body = protocol::encode_request(&request);
-//! let decoded = protocol::decode_request(&body).unwrap();
+//! let decoded = protocol::decode_request(body).unwrap();
 //! assert_eq!(decoded.op.name(), "getattr");
 //! assert_eq!(decoded.request_id, RequestId([7; 16]));
-//! assert!(protocol::decode_request(b"\xff garbage").is_err());
+//! assert!(protocol::decode_request(&b"\xff garbage"[..]).is_err());
 //! ```
 
 use std::fmt;
 use std::time::Duration;
 
-use bytes::Bytes;
+use bytes::{Buf, Bytes};
 use prost::Message as _;
 
 use crate::v1;
@@ -328,8 +328,11 @@ pub fn encode_reply(reply: &v1::Reply) -> Bytes {
 /// empty or 16 bytes, a known access mode, the presence of an operation and the data limit
 /// of reads and writes. It does not know volumes, so it cannot check the epoch's presence
 /// for an RWO volume. Never panics.
-pub fn decode_request(body: &[u8]) -> Result<DecodedRequest, ProtocolError> {
-    check_len(body)?;
+///
+/// Decoding from [`Bytes`] shares the body's buffer with the decoded data of a write instead of
+/// copying it; a `&[u8]` works too.
+pub fn decode_request(body: impl Buf) -> Result<DecodedRequest, ProtocolError> {
+    check_len(body.remaining())?;
     let message = v1::Request::decode(body).map_err(|err| ProtocolError::Undecodable {
         reason: err.to_string(),
     })?;
@@ -377,8 +380,11 @@ pub fn decode_request(body: &[u8]) -> Result<DecodedRequest, ProtocolError> {
 
 /// Decodes a reply body. Checks only that it is a reply of bounded size; what it means for a
 /// call is [`classify_reply`]'s job. Never panics.
-pub fn decode_reply(body: &[u8]) -> Result<v1::Reply, ProtocolError> {
-    check_len(body)?;
+///
+/// Decoding from [`Bytes`] shares the body's buffer with the decoded data of a read instead of
+/// copying it; a `&[u8]` works too.
+pub fn decode_reply(body: impl Buf) -> Result<v1::Reply, ProtocolError> {
+    check_len(body.remaining())?;
     v1::Reply::decode(body).map_err(|err| ProtocolError::Undecodable {
         reason: err.to_string(),
     })
@@ -396,7 +402,7 @@ pub fn request_roundtrip_check(body: &[u8]) {
         return;
     };
     let encoded = encode_request(&first.to_message());
-    let second = match decode_request(&encoded) {
+    let second = match decode_request(encoded.clone()) {
         Ok(second) => second,
         Err(err) => panic!("re-encoded request does not decode: {err}"),
     };
@@ -408,10 +414,10 @@ pub fn request_roundtrip_check(body: &[u8]) {
     );
 }
 
-fn check_len(body: &[u8]) -> Result<(), ProtocolError> {
-    if body.len() > MAX_MESSAGE_BYTES {
+fn check_len(len: usize) -> Result<(), ProtocolError> {
+    if len > MAX_MESSAGE_BYTES {
         return Err(ProtocolError::MessageTooLarge {
-            len: body.len(),
+            len,
             max: MAX_MESSAGE_BYTES,
         });
     }
@@ -573,7 +579,7 @@ mod tests {
             ),
             handle: None,
         });
-        let decoded = decode_request(&encode_request(&request(op.clone()))).unwrap();
+        let decoded = decode_request(encode_request(&request(op.clone()))).unwrap();
         assert_eq!(decoded.request_id, RequestId([3; 16]));
         assert_eq!(decoded.mount_epoch, Some(MountEpoch([9; 16])));
         assert_eq!(decoded.volume_generation, VolumeGeneration(7));
@@ -595,14 +601,14 @@ mod tests {
         let mut no_op = request(Op::Statfs(v1::StatfsRequest {}));
         no_op.op = None;
         for bad in [short_id, odd_epoch, no_mode, unknown_mode, no_op] {
-            let err = decode_request(&encode_request(&bad)).unwrap_err();
+            let err = decode_request(encode_request(&bad)).unwrap_err();
             assert_eq!(
                 err.to_wire().kind,
                 i32::from(v1::ErrorKind::InvalidRequest),
                 "{err}"
             );
         }
-        let garbage = decode_request(b"\xff\xff\xff").unwrap_err();
+        let garbage = decode_request(&b"\xff\xff\xff"[..]).unwrap_err();
         assert!(matches!(garbage, ProtocolError::Undecodable { .. }));
     }
 
@@ -612,24 +618,24 @@ mod tests {
             data: Bytes::from(vec![0; MAX_DATA_BYTES + 1]),
             ..Default::default()
         });
-        let err = decode_request(&encode_request(&request(write))).unwrap_err();
+        let err = decode_request(encode_request(&request(write))).unwrap_err();
         assert_eq!(err.to_wire().kind, i32::from(v1::ErrorKind::TooLarge));
         let read = Op::Read(v1::ReadRequest {
             size: u32::MAX,
             ..Default::default()
         });
         assert!(matches!(
-            decode_request(&encode_request(&request(read))),
+            decode_request(encode_request(&request(read))),
             Err(ProtocolError::DataTooLarge { .. })
         ));
         let exact = Op::Write(v1::WriteRequest {
             data: Bytes::from(vec![0; MAX_DATA_BYTES]),
             ..Default::default()
         });
-        assert!(decode_request(&encode_request(&request(exact))).is_ok());
+        assert!(decode_request(encode_request(&request(exact))).is_ok());
         let huge = vec![0u8; MAX_MESSAGE_BYTES + 1];
         assert!(matches!(
-            decode_request(&huge),
+            decode_request(&huge[..]),
             Err(ProtocolError::MessageTooLarge { .. })
         ));
     }
@@ -717,7 +723,7 @@ mod tests {
             .to_vec();
             prost::encoding::encode_key(tag, prost::encoding::WireType::LengthDelimited, &mut body);
             body.push(0);
-            let op = decode_request(&body).unwrap().op;
+            let op = decode_request(&body[..]).unwrap().op;
             let reply = v1::Reply::decode(&body[..0]).unwrap();
             let mut reply_body = reply.encode_to_vec();
             prost::encoding::encode_key(
@@ -726,7 +732,7 @@ mod tests {
                 &mut reply_body,
             );
             reply_body.push(0);
-            let result = decode_reply(&reply_body).unwrap().result.unwrap();
+            let result = decode_reply(&reply_body[..]).unwrap().result.unwrap();
             assert_eq!(op.name(), result.name(), "field {tag}");
         }
     }

@@ -238,7 +238,7 @@ impl FakeTransport {
         deadline: Instant,
     ) -> Result<Bytes, TransportError> {
         let fault = self.next_fault(endpoint);
-        let request_id = decode_request(&body)
+        let request_id = decode_request(&body[..])
             .map(|request| request.request_id.0.to_vec())
             .unwrap_or_default();
         let error_reply = |kind: v1::ErrorKind, hint: Option<String>| {

@@ -510,7 +510,7 @@ async fn call(
         Err(BodyError::Gone) => return Err(DroppedReply),
     };
     let digest = crate::dedup::digest(&body);
-    let decoded = decode_request(&body);
+    let decoded = decode_request(body.clone());
     shared.faults.record(Arrival {
         request_id: decoded.as_ref().map(|r| r.request_id.0).unwrap_or_default(),
         digest,

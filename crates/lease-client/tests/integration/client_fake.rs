@@ -72,7 +72,7 @@ async fn retries_carry_identical_bytes_and_request_id() {
     let received = fake.received();
     assert_eq!(received.len(), 4);
     assert!(received.iter().all(|r| r.body == *call.body()));
-    let decoded = protocol::decode_request(&received[3].body).unwrap();
+    let decoded = protocol::decode_request(received[3].body.clone()).unwrap();
     assert_eq!(decoded.request_id, call.request_id());
     assert_eq!(
         fake.applications(call.request_id()),

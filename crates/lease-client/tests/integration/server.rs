@@ -218,7 +218,7 @@ async fn handle(
     let Ok(body) = body else {
         return Ok(status(StatusCode::BAD_REQUEST));
     };
-    let reply = match protocol::decode_request(&body) {
+    let reply = match protocol::decode_request(body.clone()) {
         Ok(request) => v1::Reply {
             request_id: request.request_id.0.to_vec(),
             result: Some(v1::reply::Result::Getattr(v1::Entry {

@@ -139,7 +139,7 @@ pub(crate) async fn raw(
     let transport = HttpsTransport::with_credentials(&budgets, &credentials(pki, TOKEN));
     let deadline = Instant::now() + budgets.call;
     let bytes = transport.send(endpoint, body, deadline).await?;
-    Ok(decode_reply(&bytes).unwrap())
+    Ok(decode_reply(bytes).unwrap())
 }
 
 /// The error kind of a reply, or `None` for a result.
