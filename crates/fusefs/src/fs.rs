@@ -573,21 +573,21 @@ impl<S: FileService> Fs<S> {
         let file = self.file(node)?;
         self.not_interrupted(caller)?;
         let part = self.config.call_data_bytes();
-        let ops: Vec<(usize, Op)> = (data.chunks(part).enumerate())
-            .map(|(index, chunk)| {
-                let op = Op::Write(v1::WriteRequest {
-                    file: Some(file.into()),
-                    handle: fh,
-                    offset: offset.saturating_add((index * part) as u64),
-                    data: Bytes::copy_from_slice(chunk),
-                    flags,
-                });
-                (chunk.len(), op)
-            })
-            .collect();
+        // Each part is copied out of the kernel's buffer when its call starts, so the
+        // connection encrypts one part while the next is copied.
+        let calls = (0..data.len()).step_by(part).map(|start| async move {
+            let chunk = &data[start..data.len().min(start + part)];
+            let op = Op::Write(v1::WriteRequest {
+                file: Some(file.into()),
+                handle: fh,
+                offset: offset.saturating_add(start as u64),
+                data: Bytes::copy_from_slice(chunk),
+                flags,
+            });
+            (chunk.len(), self.send(op).await)
+        });
         // Collected whole: a call already sent is never dropped half-way.
-        let replies: Vec<_> = futures_util::stream::iter(ops)
-            .map(|(len, op)| async move { (len, self.send(op).await) })
+        let replies: Vec<_> = futures_util::stream::iter(calls)
             .buffered(PARALLEL_CALLS)
             .collect()
             .await;
@@ -928,6 +928,124 @@ mod tests {
             uid: 0,
             gid: 0,
         }
+    }
+
+    /// A worker whose file ends at `end` and whose reads and writes at offset `fails_at` fail
+    /// with `EIO`; it records the offset of every read and write.
+    struct PartFails {
+        end: u64,
+        fails_at: u64,
+        offsets: Mutex<Vec<u64>>,
+    }
+
+    impl PartFails {
+        fn new(end: u64, fails_at: u64) -> Self {
+            PartFails {
+                end,
+                fails_at,
+                offsets: Mutex::new(Vec::new()),
+            }
+        }
+
+        fn sent(&self) -> Vec<u64> {
+            let mut offsets = lock(&self.offsets).clone();
+            offsets.sort_unstable();
+            offsets
+        }
+    }
+
+    impl FileService for PartFails {
+        fn call(&self, op: Op) -> impl Future<Output = Result<ReplyResult, Error>> + Send {
+            let offset = match &op {
+                Op::Read(r) => r.offset,
+                Op::Write(r) => r.offset,
+                _ => u64::MAX,
+            };
+            lock(&self.offsets).push(offset);
+            let result = match op {
+                _ if offset == self.fails_at => Err(Error::Refused {
+                    volume_id: "v".into(),
+                    op: "io",
+                    refusal: Refusal::Errno(libc::EIO),
+                }),
+                Op::Read(r) => {
+                    let len = self.end.saturating_sub(r.offset).min(u64::from(r.size));
+                    let fill = (r.offset >> 17) as u8;
+                    Ok(ReplyResult::Read(v1::ReadReply {
+                        data: Bytes::from(vec![fill; len as usize]),
+                    }))
+                }
+                Op::Write(r) => Ok(ReplyResult::Write(v1::WriteReply {
+                    written: r.data.len() as u32,
+                })),
+                _ => Err(Error::Refused {
+                    volume_id: "v".into(),
+                    op: "other",
+                    refusal: Refusal::InvalidRequest,
+                }),
+            };
+            std::future::ready(result)
+        }
+    }
+
+    const PART: usize = 128 << 10;
+
+    fn parts_of(config_part: usize, end: u64, fails_at: u64) -> Fs<PartFails> {
+        let config = FsConfig {
+            call_data_bytes: config_part,
+            ..FsConfig::default()
+        };
+        Fs::new(PartFails::new(end, fails_at), config)
+    }
+
+    #[tokio::test]
+    async fn a_failed_part_ends_the_count_of_a_write_and_fails_it_only_when_first() {
+        let data = vec![1u8; 8 * PART];
+        let all: Vec<u64> = (0..8).map(|i| (i * PART) as u64).collect();
+
+        let fs = parts_of(PART, 0, 3 * PART as u64);
+        let reply = fs.write(caller(), ROOT_NODE, 1, 0, &data, 0).await.unwrap();
+        assert_eq!(
+            reply.written as usize,
+            3 * PART,
+            "the parts before the failed one"
+        );
+        assert_eq!(fs.service().sent(), all, "every part was sent all the same");
+
+        let fs = parts_of(PART, 0, 0);
+        let failed = fs.write(caller(), ROOT_NODE, 1, 0, &data, 0).await;
+        assert_eq!(failed.unwrap_err(), Errno::clamped(libc::EIO));
+        assert_eq!(fs.service().sent(), all);
+
+        let fs = parts_of(PART, 0, u64::MAX);
+        let reply = fs.write(caller(), ROOT_NODE, 1, 0, &data, 0).await.unwrap();
+        assert_eq!(reply.written as usize, data.len());
+    }
+
+    #[tokio::test]
+    async fn a_read_is_reassembled_in_order_ends_at_a_short_part_and_fails_on_a_failed_one() {
+        let size = 8 * PART as u32;
+        let fs = parts_of(PART, u64::MAX, u64::MAX);
+        let read = fs.read(caller(), ROOT_NODE, 1, 0, size).await.unwrap();
+        let expected: Vec<u8> = (0..8u8).flat_map(|i| vec![i; PART]).collect();
+        assert!(read.data[..] == expected[..], "in order");
+
+        // The end of the file inside the second part: what comes later does not matter.
+        let end = (PART + PART / 2) as u64;
+        let fs = parts_of(PART, end, 5 * PART as u64);
+        let read = fs.read(caller(), ROOT_NODE, 1, 0, size).await.unwrap();
+        assert_eq!(read.data.len() as u64, end);
+
+        // A failed part before the end fails the whole read.
+        let fs = parts_of(PART, u64::MAX, 5 * PART as u64);
+        let failed = fs.read(caller(), ROOT_NODE, 1, 0, size).await;
+        assert_eq!(failed.unwrap_err(), Errno::clamped(libc::EIO));
+
+        // Parts of 1 MiB: one call for the whole read.
+        let fs = parts_of(MAX_DATA_BYTES, u64::MAX, u64::MAX);
+        let read = fs.read(caller(), ROOT_NODE, 1, 0, size).await.unwrap();
+        assert_eq!(read.data.len(), size as usize);
+        assert_eq!(fs.service().sent(), [0]);
     }
 
     #[tokio::test]
