@@ -39,11 +39,15 @@ use std::net::{Ipv4Addr, TcpListener, TcpStream};
 use std::os::unix::fs::FileExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::AtomicU64;
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
 use fusefs::{FileService, Fs, FsConfig, Mounted};
 use lease_client::Budgets;
+use lease_client::protocol::{ROOT_INO, ROOT_INODE_GENERATION};
 use lease_client::v1;
 use lease_client::v1::reply::Result as ReplyResult;
 use lease_client::v1::request::Op;
@@ -339,6 +343,27 @@ struct Figures {
     triple: f64,
 }
 
+/// A 1 MiB block of incompressible bytes, page-aligned as dd's buffers are: an unaligned
+/// 1 MiB buffer spans 257 pages, and the kernel (at most 256 pages per FUSE request) would
+/// send each block as two requests.
+struct Block(Vec<u8>);
+
+impl Block {
+    fn new() -> Block {
+        let mut raw = vec![0u8; MIB + PAGE];
+        let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+        for chunk in raw.chunks_mut(8) {
+            chunk.copy_from_slice(&rng.next().to_le_bytes()[..chunk.len()]);
+        }
+        Block(raw)
+    }
+
+    fn get(&mut self) -> &mut [u8] {
+        let at = self.0.as_ptr().align_offset(PAGE);
+        &mut self.0[at..at + MIB]
+    }
+}
+
 fn run_workloads(
     dir: &Path,
     settings: &Settings,
@@ -346,15 +371,8 @@ fn run_workloads(
     cold: &mut bool,
     probe: &mut Probe<'_>,
 ) -> Figures {
-    // Page-aligned, as dd's buffers are: an unaligned 1 MiB buffer spans 257 pages, and the
-    // kernel (at most 256 pages per FUSE request) would send each block as two requests.
-    let mut raw = vec![0u8; MIB + PAGE];
-    let at = raw.as_ptr().align_offset(PAGE);
-    let block = &mut raw[at..at + MIB];
-    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
-    for chunk in block.chunks_mut(8) {
-        chunk.copy_from_slice(&rng.next().to_le_bytes()[..chunk.len()]);
-    }
+    let mut block = Block::new();
+    let block = block.get();
     let write = sequential_write(dir, settings.size_mib, block, probe);
     *cold &= drop_caches();
     let read = sequential_read(dir, settings.size_mib, block, probe);
@@ -456,42 +474,79 @@ impl Replicated {
 }
 
 /// A worker that answers at once from memory: the root holds the directory `small`, which
-/// holds a 100-byte file of every name. Mounted through the same `Fs`, fuse3 adapter and
-/// mount options as (a), it shows what a `stat` costs in the kernel, fuse3 and `Fs` alone:
-/// the part of (a)'s metadata time that no worker, however fast, can remove.
+/// holds a 100-byte file of every name, and can hold `sequential.bin`, whose writes are
+/// counted and whose reads return zeros with each mebibyte's number. Mounted through the same
+/// `Fs`, fuse3 adapter and mount options as (a), it shows what the kernel, fuse3 and `Fs`
+/// alone cost: the part of (a)'s time that no worker, however fast, could remove.
 #[derive(Default)]
 struct Instant0 {
-    calls: std::sync::atomic::AtomicU64,
+    calls: AtomicU64,
+    /// The size of `sequential.bin` plus one; zero while it does not exist.
+    sequential: AtomicU64,
 }
 
 const SMALL_INO: u64 = 2;
+const SEQ_INO: u64 = 3;
 
-fn instant_entry(ino: u64) -> v1::Entry {
-    let directory = ino == lease_client::protocol::ROOT_INO || ino == SMALL_INO;
-    v1::Entry {
-        file: Some(v1::FileId {
-            ino,
-            inode_generation: if ino == lease_client::protocol::ROOT_INO {
-                lease_client::protocol::ROOT_INODE_GENERATION
-            } else {
-                1
-            },
-        }),
-        attr: Some(v1::Attr {
-            mode: if directory {
-                libc::S_IFDIR | 0o755
-            } else {
-                libc::S_IFREG | 0o644
-            },
-            nlink: if directory { 2 } else { 1 },
-            size: if directory {
-                0
-            } else {
-                SMALL_FILE.len() as u64
-            },
-            blksize: 4096,
-            ..v1::Attr::default()
-        }),
+impl Instant0 {
+    fn entry(&self, ino: u64) -> v1::Entry {
+        let directory = ino == ROOT_INO || ino == SMALL_INO;
+        let size = match ino {
+            SEQ_INO => self.sequential.load(Relaxed).saturating_sub(1),
+            _ if directory => 0,
+            _ => SMALL_FILE.len() as u64,
+        };
+        v1::Entry {
+            file: Some(v1::FileId {
+                ino,
+                inode_generation: if ino == ROOT_INO {
+                    ROOT_INODE_GENERATION
+                } else {
+                    1
+                },
+            }),
+            attr: Some(v1::Attr {
+                mode: if directory {
+                    libc::S_IFDIR | 0o755
+                } else {
+                    libc::S_IFREG | 0o644
+                },
+                nlink: if directory { 2 } else { 1 },
+                size,
+                blksize: 4096,
+                ..v1::Attr::default()
+            }),
+        }
+    }
+
+    fn read(&self, offset: u64, size: u32) -> Bytes {
+        let end = self.sequential.load(Relaxed).saturating_sub(1);
+        let len = end.saturating_sub(offset).min(u64::from(size)) as usize;
+        let mut data = vec![0u8; len];
+        // Each mebibyte starts with its number, as `sequential_read` checks.
+        let first = offset.div_ceil(MIB as u64);
+        for block in first.. {
+            let at = (block * MIB as u64 - offset) as usize;
+            if at + 8 > len {
+                break;
+            }
+            data[at..at + 8].copy_from_slice(&block.to_le_bytes());
+        }
+        Bytes::from(data)
+    }
+
+    fn lookup(&self, parent: u64, name: &[u8]) -> Option<v1::Entry> {
+        match (parent, name) {
+            (ROOT_INO, b"small") => Some(self.entry(SMALL_INO)),
+            (ROOT_INO, name) if name == SEQ_FILE.as_bytes() => {
+                (self.sequential.load(Relaxed) > 0).then(|| self.entry(SEQ_INO))
+            }
+            (SMALL_INO, name) => std::str::from_utf8(name)
+                .ok()
+                .and_then(|n| n.strip_prefix('f')?.parse::<u64>().ok())
+                .map(|i| self.entry(1000 + i)),
+            _ => None,
+        }
     }
 }
 
@@ -505,22 +560,39 @@ impl FileService for Instant0 {
             op: "instant",
             refusal: lease_client::Refusal::Errno(errno),
         };
-        self.calls
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.calls.fetch_add(1, Relaxed);
         let ino_of = |file: Option<v1::FileId>| file.map_or(0, |f| f.ino);
         let result = match op {
-            Op::Lookup(r) => match (ino_of(r.parent), r.name.as_slice()) {
-                (lease_client::protocol::ROOT_INO, b"small") => {
-                    Ok(ReplyResult::Lookup(instant_entry(SMALL_INO)))
-                }
-                (SMALL_INO, name) => std::str::from_utf8(name)
-                    .ok()
-                    .and_then(|n| n.strip_prefix('f')?.parse::<u64>().ok())
-                    .map(|i| ReplyResult::Lookup(instant_entry(1000 + i)))
-                    .ok_or(refused(libc::ENOENT)),
-                _ => Err(refused(libc::ENOENT)),
-            },
-            Op::Getattr(r) => Ok(ReplyResult::Getattr(instant_entry(ino_of(r.file)))),
+            Op::Lookup(r) => self
+                .lookup(ino_of(r.parent), &r.name)
+                .map(ReplyResult::Lookup)
+                .ok_or(refused(libc::ENOENT)),
+            Op::Getattr(r) => Ok(ReplyResult::Getattr(self.entry(ino_of(r.file)))),
+            Op::Create(r) if r.name == SEQ_FILE.as_bytes() => {
+                self.sequential.store(1, Relaxed);
+                Ok(ReplyResult::Create(v1::CreateReply {
+                    entry: Some(self.entry(SEQ_INO)),
+                    handle: 1,
+                    handle_lease_ms: 0,
+                }))
+            }
+            Op::Open(_) => Ok(ReplyResult::Open(v1::OpenReply {
+                handle: 1,
+                handle_lease_ms: 0,
+            })),
+            Op::Write(r) => {
+                let end = r.offset + r.data.len() as u64;
+                self.sequential.fetch_max(end + 1, Relaxed);
+                Ok(ReplyResult::Write(v1::WriteReply {
+                    written: r.data.len() as u32,
+                }))
+            }
+            Op::Read(r) => Ok(ReplyResult::Read(v1::ReadReply {
+                data: self.read(r.offset, r.size),
+            })),
+            Op::Flush(_) => Ok(ReplyResult::Flush(v1::Empty {})),
+            Op::Fsync(_) => Ok(ReplyResult::Fsync(v1::Empty {})),
+            Op::Release(_) => Ok(ReplyResult::Release(v1::Empty {})),
             _ => Err(refused(libc::ENOSYS)),
         };
         std::future::ready(result)
@@ -528,36 +600,65 @@ impl FileService for Instant0 {
 }
 
 /// A mount of [`Instant0`] beside the others.
-async fn instant_stat_mount(work: &Path) -> (Mounted, Arc<Fs<Instant0>>) {
-    let fs = Arc::new(Fs::new(Instant0::default(), FsConfig::default()));
-    let mount_point = work.join("instant");
-    fs::create_dir(&mount_point).unwrap();
-    let mounted = fusefs::mount(Arc::clone(&fs), VOLUME, &mount_point)
-        .await
-        .unwrap();
-    (mounted, fs)
+struct InstantMount {
+    mounted: Mounted,
+    fs: Arc<Fs<Instant0>>,
 }
 
-/// `lstat` of `files` names through the mount of [`Instant0`]: files/s and requests per stat.
-fn instant_stats(mounted: &Mounted, fs: &Fs<Instant0>, files: usize) -> (f64, f64) {
-    let root = mounted.path().join("small");
-    let paths: Vec<PathBuf> = (0..files).map(|i| root.join(format!("f{i:05}"))).collect();
-    let calls = || {
-        fs.service()
-            .calls
-            .load(std::sync::atomic::Ordering::Relaxed)
-    };
-    let before = calls();
-    let started = Instant::now();
-    for path in &paths {
-        let meta = fs::symlink_metadata(path).unwrap();
-        assert_eq!(meta.len(), SMALL_FILE.len() as u64);
+/// One round through [`InstantMount`]: MiB/s written and read, `stat`s per second and the
+/// FUSE requests each `stat` took.
+#[derive(Clone, Copy, Debug, Default)]
+struct InstantFigures {
+    write: f64,
+    read: f64,
+    stat: f64,
+    requests_per_stat: f64,
+}
+
+impl InstantMount {
+    async fn start(work: &Path, call_data_bytes: usize) -> InstantMount {
+        let config = FsConfig {
+            call_data_bytes,
+            ..FsConfig::default()
+        };
+        let fs = Arc::new(Fs::new(Instant0::default(), config));
+        let mount_point = work.join("instant");
+        fs::create_dir(&mount_point).unwrap();
+        let mounted = fusefs::mount(Arc::clone(&fs), VOLUME, &mount_point)
+            .await
+            .unwrap();
+        InstantMount { mounted, fs }
     }
-    let elapsed = started.elapsed();
-    (
-        files as f64 / elapsed.as_secs_f64(),
-        (calls() - before) as f64 / files as f64,
-    )
+
+    fn round(&self, settings: &Settings, block: &mut [u8]) -> InstantFigures {
+        let dir = self.mounted.path();
+        let mut probe = Probe {
+            stats: None,
+            phases: Vec::new(),
+        };
+        let write = sequential_write(dir, settings.size_mib, block, &mut probe);
+        let read = sequential_read(dir, settings.size_mib, block, &mut probe);
+        self.fs.service().sequential.store(0, Relaxed);
+
+        let root = dir.join("small");
+        let paths: Vec<PathBuf> = (0..settings.files)
+            .map(|i| root.join(format!("f{i:05}")))
+            .collect();
+        let before = self.fs.service().calls.load(Relaxed);
+        let started = Instant::now();
+        for path in &paths {
+            let meta = fs::symlink_metadata(path).unwrap();
+            assert_eq!(meta.len(), SMALL_FILE.len() as u64);
+        }
+        let elapsed = started.elapsed();
+        let requests = self.fs.service().calls.load(Relaxed) - before;
+        InstantFigures {
+            write,
+            read,
+            stat: settings.files as f64 / elapsed.as_secs_f64(),
+            requests_per_stat: requests as f64 / settings.files as f64,
+        }
+    }
 }
 
 /// A private sshd on 127.0.0.1 and an sshfs mount of a directory through it, both children of
@@ -1047,9 +1148,9 @@ fn main() {
         replicated.backing.clone(),
         sshfs.mount_point().to_owned(),
     ];
-    let (instant, instant_fs) = runtime.block_on(instant_stat_mount(work.path()));
-    let mut instant_rates = Vec::new();
-    let mut instant_requests = 0.0;
+    let instant = runtime.block_on(InstantMount::start(work.path(), settings.call_kib << 10));
+    let mut instant_rounds = Vec::new();
+    let mut block = Block::new();
     let mut loads = vec![loadavg()];
     let mut cold = true;
     let mut results: [Vec<Figures>; 3] = Default::default();
@@ -1072,31 +1173,48 @@ fn main() {
             );
             results[target].push(figures);
         }
-        let (rate, requests) = instant_stats(&instant, &instant_fs, settings.files);
-        instant_rates.push(rate);
-        instant_requests = requests;
+        let figures = instant.round(&settings, block.get());
+        eprintln!("round {} the FUSE layer alone: {figures:.2?}", round + 1);
+        instant_rounds.push(figures);
     }
     loads.push(loadavg());
     sshfs.stop();
     runtime
-        .block_on(instant.unmount(Duration::from_secs(15)))
+        .block_on(instant.mounted.unmount(Duration::from_secs(15)))
         .unwrap();
     runtime.block_on(replicated.stop());
     report(&settings, &results, cold, &loads);
     breakdown(settings.rounds, &phases);
-    let instant = median(instant_rates.clone());
-    let sshfs_stat = median(results[2].iter().map(|f| f.stat).collect());
+    instant_report(&results, &instant_rounds);
+}
+
+fn instant_report(results: &[Vec<Figures>; 3], rounds: &[InstantFigures]) {
+    let of = |pick: fn(&InstantFigures) -> f64| median(rounds.iter().map(pick).collect());
+    let sshfs = |pick: fn(&Figures) -> f64| median(results[2].iter().map(pick).collect());
+    let (write, read, stat) = (of(|f| f.write), of(|f| f.read), of(|f| f.stat));
     println!();
     println!(
-        "The FUSE layer alone (`Fs`, fuse3 and the kernel, the same mount options, a worker \
-         that answers from memory at once): stat {instant:.0} files/s ({:.3} ms per stat of \
-         {instant_requests:.2} requests; rounds: {}), {:.2}x sshfs's {sshfs_stat:.0}.",
-        1e3 / instant,
-        instant_rates
-            .iter()
-            .map(|r| format!("{r:.0}"))
-            .collect::<Vec<_>>()
-            .join(", "),
-        instant / sshfs_stat,
+        "The FUSE layer alone (`Fs`, fuse3 and the kernel with the same mount options, over a \
+         worker that answers from memory at once; medians of {} rounds):",
+        rounds.len()
+    );
+    println!();
+    println!("| workload | FUSE layer alone | (c) sshfs | ratio |");
+    println!("|---|---:|---:|---:|");
+    println!(
+        "| sequential write + fsync (MiB/s) | {write:.0} | {:.0} | {:.2} |",
+        sshfs(|f| f.write),
+        write / sshfs(|f| f.write)
+    );
+    println!(
+        "| sequential read (MiB/s) | {read:.0} | {:.0} | {:.2} |",
+        sshfs(|f| f.read),
+        read / sshfs(|f| f.read)
+    );
+    println!(
+        "| stat (files/s; {:.2} requests each) | {stat:.0} | {:.0} | {:.2} |",
+        of(|f| f.requests_per_stat),
+        sshfs(|f| f.stat),
+        stat / sshfs(|f| f.stat)
     );
 }
