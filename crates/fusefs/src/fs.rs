@@ -557,8 +557,8 @@ impl<S: FileService> Fs<S> {
         })
     }
 
-    /// WRITE: one call per [`FsConfig::call_data_bytes`], several in flight, each run to its
-    /// outcome. The reply counts the bytes before the first part that failed or was short,
+    /// WRITE: one call per [`FsConfig::call_data_bytes`], several in flight (one at a time, in
+    /// order, when `flags` has `O_APPEND`), each run to its outcome. The reply counts the bytes before the first part that failed or was short,
     /// and fails only if that is the first part; later parts may have been written too (there
     /// is no promise that a request applies as one).
     pub async fn write(
@@ -586,9 +586,15 @@ impl<S: FileService> Fs<S> {
             });
             (chunk.len(), self.send(op).await)
         });
+        // A descriptor opened with O_APPEND writes at the end whatever the offset (pwrite(2)
+        // on Linux, and so on the worker): its parts go one after another, in order.
+        let in_flight = match flags & libc::O_APPEND as u32 {
+            0 => PARALLEL_CALLS,
+            _ => 1,
+        };
         // Collected whole: a call already sent is never dropped half-way.
         let replies: Vec<_> = futures_util::stream::iter(calls)
-            .buffered(PARALLEL_CALLS)
+            .buffered(in_flight)
             .collect()
             .await;
         let mut written = 0usize;
@@ -1020,6 +1026,55 @@ mod tests {
         let fs = parts_of(PART, 0, u64::MAX);
         let reply = fs.write(caller(), ROOT_NODE, 1, 0, &data, 0).await.unwrap();
         assert_eq!(reply.written as usize, data.len());
+    }
+
+    /// A worker that answers each write after yielding once, and records the offsets in the
+    /// order the calls start and how many were in flight at most.
+    #[derive(Default)]
+    struct InFlight {
+        now: Mutex<usize>,
+        most: Mutex<usize>,
+        started: Mutex<Vec<u64>>,
+    }
+
+    impl FileService for InFlight {
+        fn call(&self, op: Op) -> impl Future<Output = Result<ReplyResult, Error>> + Send {
+            let (offset, len) = match &op {
+                Op::Write(r) => (r.offset, r.data.len()),
+                _ => (u64::MAX, 0),
+            };
+            lock(&self.started).push(offset);
+            {
+                let mut now = lock(&self.now);
+                *now += 1;
+                let mut most = lock(&self.most);
+                *most = (*most).max(*now);
+            }
+            async move {
+                tokio::task::yield_now().await;
+                *lock(&self.now) -= 1;
+                Ok(ReplyResult::Write(v1::WriteReply {
+                    written: len as u32,
+                }))
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn the_parts_of_an_appending_write_go_one_at_a_time_in_order() {
+        let data = vec![1u8; 8 * PART];
+        let in_order: Vec<u64> = (0..8).map(|i| (i * PART) as u64).collect();
+        for (flags, most) in [(0, PARALLEL_CALLS), (libc::O_APPEND as u32, 1)] {
+            let config = FsConfig {
+                call_data_bytes: PART,
+                ..FsConfig::default()
+            };
+            let fs = Fs::new(InFlight::default(), config);
+            let reply = fs.write(caller(), ROOT_NODE, 1, 0, &data, flags).await;
+            assert_eq!(reply.unwrap().written as usize, data.len());
+            assert_eq!(*lock(&fs.service().most), most, "flags {flags:#o}");
+            assert_eq!(*lock(&fs.service().started), in_order);
+        }
     }
 
     #[tokio::test]

@@ -243,6 +243,18 @@ fn large_writes_and_reads_cross_the_request_size() {
     assert!(piece[..] == data[1024 * 1024 - 7..4 * 1024 * 1024 - 7]);
     drop(f);
 
+    // Appending: the worker's descriptor appends whatever the offset, so the parts of one
+    // request must land in order.
+    let mut f = fs::OpenOptions::new().append(true).open(&file).unwrap();
+    assert_eq!(f.write(&data).unwrap(), data.len());
+    drop(f);
+    let whole = fs::read(setup.volume.backing_dir().join("big")).unwrap();
+    assert_eq!(whole.len(), 2 * data.len());
+    assert!(
+        whole[..data.len()] == data[..] && whole[data.len()..] == data[..],
+        "an appended write's parts landed out of order"
+    );
+
     setup.finish();
 }
 
