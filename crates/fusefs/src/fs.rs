@@ -74,7 +74,7 @@ impl Default for FsConfig {
 }
 
 impl FsConfig {
-    fn call_data_bytes(&self) -> usize {
+    fn part_size(&self) -> usize {
         self.call_data_bytes.clamp(4 << 10, MAX_DATA_BYTES)
     }
 }
@@ -528,7 +528,7 @@ impl<S: FileService> Fs<S> {
     ) -> Result<ReplyData, Errno> {
         let file = self.file(node)?;
         self.not_interrupted(caller)?;
-        let part = self.config.call_data_bytes();
+        let part = self.config.part_size();
         let calls = (0..size as usize).step_by(part).map(|start| {
             let len = part.min(size as usize - start);
             let op = Op::Read(v1::ReadRequest {
@@ -572,7 +572,7 @@ impl<S: FileService> Fs<S> {
     ) -> Result<ReplyWrite, Errno> {
         let file = self.file(node)?;
         self.not_interrupted(caller)?;
-        let part = self.config.call_data_bytes();
+        let part = self.config.part_size();
         // Each part is copied out of the kernel's buffer when its call starts, so the
         // connection encrypts one part while the next is copied.
         let calls = (0..data.len()).step_by(part).map(|start| async move {
