@@ -474,12 +474,12 @@ impl Replicated {
 }
 
 /// A worker that answers at once from memory: the root holds the directory `small`, which
-/// holds a 100-byte file of every name, and can hold `sequential.bin`, whose writes are
-/// counted and whose reads return zeros with each mebibyte's number. Mounted through the same
+/// holds a 100-byte file of every name, and can hold `sequential.bin`, whose writes only
+/// grow its size and whose reads return zeros with each mebibyte's number. Mounted through the same
 /// `Fs`, fuse3 adapter and mount options as (a), it shows what the kernel, fuse3 and `Fs`
 /// alone cost: the part of (a)'s time that no worker, however fast, could remove.
 #[derive(Default)]
-struct Instant0 {
+struct InstantWorker {
     calls: AtomicU64,
     /// The size of `sequential.bin` plus one; zero while it does not exist.
     sequential: AtomicU64,
@@ -488,7 +488,7 @@ struct Instant0 {
 const SMALL_INO: u64 = 2;
 const SEQ_INO: u64 = 3;
 
-impl Instant0 {
+impl InstantWorker {
     fn entry(&self, ino: u64) -> v1::Entry {
         let directory = ino == ROOT_INO || ino == SMALL_INO;
         let size = match ino {
@@ -550,7 +550,7 @@ impl Instant0 {
     }
 }
 
-impl FileService for Instant0 {
+impl FileService for InstantWorker {
     fn call(
         &self,
         op: Op,
@@ -599,10 +599,10 @@ impl FileService for Instant0 {
     }
 }
 
-/// A mount of [`Instant0`] beside the others.
+/// A mount of [`InstantWorker`] beside the others.
 struct InstantMount {
     mounted: Mounted,
-    fs: Arc<Fs<Instant0>>,
+    fs: Arc<Fs<InstantWorker>>,
 }
 
 /// One round through [`InstantMount`]: MiB/s written and read, `stat`s per second and the
@@ -621,7 +621,7 @@ impl InstantMount {
             call_data_bytes,
             ..FsConfig::default()
         };
-        let fs = Arc::new(Fs::new(Instant0::default(), config));
+        let fs = Arc::new(Fs::new(InstantWorker::default(), config));
         let mount_point = work.join("instant");
         fs::create_dir(&mount_point).unwrap();
         let mounted = fusefs::mount(Arc::clone(&fs), VOLUME, &mount_point)
