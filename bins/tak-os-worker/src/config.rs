@@ -139,8 +139,9 @@ pub struct Cli {
     /// Multiply every duration by this factor (for tests and demos).
     #[arg(long, env = "TAK_OS_WORKER_TIME_SCALE", default_value_t = 1.0)]
     pub time_scale: f64,
-    /// Replies kept per volume for request-ID deduplication.
-    #[arg(long, env = "TAK_OS_WORKER_DEDUP_CAPACITY", default_value_t = 4096)]
+    /// Most replies kept per volume for request-ID deduplication (each is kept for twice the
+    /// call budget unless more mutations than this arrive within that time).
+    #[arg(long, env = "TAK_OS_WORKER_DEDUP_CAPACITY", default_value_t = 131_072)]
     pub dedup_capacity: usize,
     /// Journal records after which a volume writes a checkpoint.
     #[arg(long, env = "TAK_OS_WORKER_COMPACT_AFTER", default_value_t = 1024)]

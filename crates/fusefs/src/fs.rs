@@ -4,6 +4,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -86,11 +87,18 @@ pub struct Fs<S> {
     config: FsConfig,
     nodes: Mutex<Nodes>,
     /// Open worker handles (the FUSE file handle *is* the worker's handle) and their files.
-    handles: Mutex<HashMap<u64, FileId>>,
+    handles: Mutex<HashMap<u64, OpenFile>>,
     /// The handle lease the workers last stated.
     handle_lease: Mutex<Option<Duration>>,
     /// Interrupts for requests that have not been sent yet.
     interrupts: Mutex<VecDeque<u64>>,
+}
+
+/// A worker handle this mount holds: its file and the flags it was opened with.
+#[derive(Clone, Copy, Debug)]
+struct OpenFile {
+    file: FileId,
+    flags: u32,
 }
 
 /// The parts of a read as one buffer, copied only when there is more than one.
@@ -252,7 +260,7 @@ impl<S: FileService> Fs<S> {
     fn open_handle_of(&self, file: FileId) -> Option<u64> {
         lock(&self.handles)
             .iter()
-            .find(|(_, open)| **open == file)
+            .find(|(_, open)| open.file == file)
             .map(|(handle, _)| *handle)
     }
 
@@ -459,8 +467,8 @@ impl<S: FileService> Fs<S> {
         self.entry(expect!(self.call(caller, op).await?, Link))
     }
 
-    fn opened(&self, file: FileId, handle: u64, lease_ms: u64) {
-        lock(&self.handles).insert(handle, file);
+    fn opened(&self, file: FileId, flags: u32, handle: u64, lease_ms: u64) {
+        lock(&self.handles).insert(handle, OpenFile { file, flags });
         if lease_ms > 0 {
             *lock(&self.handle_lease) = Some(Duration::from_millis(lease_ms));
         }
@@ -474,7 +482,7 @@ impl<S: FileService> Fs<S> {
             flags,
         });
         let reply = expect!(self.call(caller, op).await?, Open);
-        self.opened(file, reply.handle, reply.handle_lease_ms);
+        self.opened(file, flags, reply.handle, reply.handle_lease_ms);
         Ok(ReplyOpen {
             fh: reply.handle,
             flags: FOPEN_DIRECT_IO,
@@ -505,7 +513,7 @@ impl<S: FileService> Fs<S> {
             ino: entry.attr.ino,
             inode_generation: entry.generation,
         };
-        self.opened(file, reply.handle, reply.handle_lease_ms);
+        self.opened(file, flags, reply.handle, reply.handle_lease_ms);
         Ok(ReplyCreated {
             ttl: TTL,
             attr: entry.attr,
@@ -516,8 +524,9 @@ impl<S: FileService> Fs<S> {
     }
 
     /// READ: one call per [`FsConfig::call_data_bytes`], several in flight, reassembled in
-    /// order. A short part is the end of the file; a failed part before it fails the read (a
-    /// short read would look like the end of the file).
+    /// order. A short part is the end of the file and a failed part before it fails the read
+    /// (a short read would look like the end of the file); either way no further part starts,
+    /// and parts still in flight are abandoned (a read changes nothing).
     pub async fn read(
         &self,
         caller: Caller,
@@ -557,10 +566,16 @@ impl<S: FileService> Fs<S> {
         })
     }
 
-    /// WRITE: one call per [`FsConfig::call_data_bytes`], several in flight (one at a time, in
-    /// order, when `flags` has `O_APPEND`), each run to its outcome. The reply counts the bytes before the first part that failed or was short,
-    /// and fails only if that is the first part; later parts may have been written too (there
-    /// is no promise that a request applies as one).
+    /// WRITE: one call per [`FsConfig::call_data_bytes`], several in flight, each run to its
+    /// outcome once sent; after a part fails or comes back short, no further part starts.
+    /// The reply counts the bytes before the first part that failed or was short, and is an
+    /// error when that is the first part; parts sent after it may have been written too (no
+    /// promise that a request applies as one).
+    ///
+    /// On a handle opened with `O_APPEND`, or a write that says `O_APPEND`, the worker's
+    /// descriptor appends whatever the offset, so the parts of a write would land in the order
+    /// they arrive: such a write goes out as calls of the largest size, one after another (a
+    /// kernel request, at most 1 MiB, is then one call and appends as one).
     pub async fn write(
         &self,
         caller: Caller,
@@ -572,11 +587,21 @@ impl<S: FileService> Fs<S> {
     ) -> Result<ReplyWrite, Errno> {
         let file = self.file(node)?;
         self.not_interrupted(caller)?;
-        let part = self.config.part_size();
-        // Each part is copied out of the kernel's buffer when its call starts, so the
-        // connection encrypts one part while the next is copied.
+        let opened_with = lock(&self.handles).get(&fh).map_or(0, |open| open.flags);
+        let appends = (flags | opened_with) & libc::O_APPEND as u32 != 0;
+        let (part, in_flight) = match appends {
+            false => (self.config.part_size(), PARALLEL_CALLS),
+            true => (MAX_DATA_BYTES, 1),
+        };
+        let stopped = AtomicBool::new(false);
+        let stopped = &stopped;
         let calls = (0..data.len()).step_by(part).map(|start| async move {
             let chunk = &data[start..data.len().min(start + part)];
+            if stopped.load(Ordering::Acquire) {
+                return (chunk.len(), None);
+            }
+            // Copied out of fuse3's buffer when the call starts, so the connection encrypts
+            // one part while the next is copied.
             let op = Op::Write(v1::WriteRequest {
                 file: Some(file.into()),
                 handle: fh,
@@ -584,14 +609,14 @@ impl<S: FileService> Fs<S> {
                 data: Bytes::copy_from_slice(chunk),
                 flags,
             });
-            (chunk.len(), self.send(op).await)
+            let reply = self.send(op).await;
+            let whole =
+                matches!(&reply, Ok(ReplyResult::Write(w)) if w.written as usize == chunk.len());
+            if !whole {
+                stopped.store(true, Ordering::Release);
+            }
+            (chunk.len(), Some(reply))
         });
-        // A descriptor opened with O_APPEND writes at the end whatever the offset (pwrite(2)
-        // on Linux, and so on the worker): its parts go one after another, in order.
-        let in_flight = match flags & libc::O_APPEND as u32 {
-            0 => PARALLEL_CALLS,
-            _ => 1,
-        };
         // Collected whole: a call already sent is never dropped half-way.
         let replies: Vec<_> = futures_util::stream::iter(calls)
             .buffered(in_flight)
@@ -600,9 +625,9 @@ impl<S: FileService> Fs<S> {
         let mut written = 0usize;
         for (len, reply) in replies {
             let n = match reply {
-                Ok(reply) => expect!(reply, Write).written as usize,
-                Err(errno) if written == 0 => return Err(errno),
-                Err(_) => break,
+                Some(Ok(reply)) => expect!(reply, Write).written as usize,
+                Some(Err(errno)) if written == 0 => return Err(errno),
+                Some(Err(_)) | None => break,
             };
             if n > len {
                 return Err(Errno::clamped(libc::EIO));
@@ -662,9 +687,9 @@ impl<S: FileService> Fs<S> {
         fh: u64,
         flags: u32,
     ) -> Result<(), Errno> {
-        let file = lock(&self.handles).remove(&fh);
-        let file = match file {
-            Some(file) => file,
+        let open = lock(&self.handles).remove(&fh);
+        let file = match open {
+            Some(open) => open.file,
             None => self.file(node)?,
         };
         let op = Op::Release(v1::ReleaseRequest {
@@ -1007,8 +1032,10 @@ mod tests {
     #[tokio::test]
     async fn a_failed_part_ends_the_count_of_a_write_and_fails_it_only_when_first() {
         let data = vec![1u8; 8 * PART];
-        let all: Vec<u64> = (0..8).map(|i| (i * PART) as u64).collect();
+        let up_to = |n: usize| (0..n).map(|i| (i * PART) as u64).collect::<Vec<_>>();
 
+        // The parts start in order, and each answers at once: once the fourth has failed, no
+        // later part starts.
         let fs = parts_of(PART, 0, 3 * PART as u64);
         let reply = fs.write(caller(), ROOT_NODE, 1, 0, &data, 0).await.unwrap();
         assert_eq!(
@@ -1016,20 +1043,32 @@ mod tests {
             3 * PART,
             "the parts before the failed one"
         );
-        assert_eq!(fs.service().sent(), all, "every part was sent all the same");
+        assert_eq!(
+            fs.service().sent(),
+            up_to(4),
+            "nothing after the failed part"
+        );
 
         let fs = parts_of(PART, 0, 0);
         let failed = fs.write(caller(), ROOT_NODE, 1, 0, &data, 0).await;
         assert_eq!(failed.unwrap_err(), Errno::clamped(libc::EIO));
-        assert_eq!(fs.service().sent(), all);
+        assert_eq!(fs.service().sent(), up_to(1));
 
         let fs = parts_of(PART, 0, u64::MAX);
         let reply = fs.write(caller(), ROOT_NODE, 1, 0, &data, 0).await.unwrap();
         assert_eq!(reply.written as usize, data.len());
+        assert_eq!(fs.service().sent(), up_to(8));
+
+        // A part size of zero is clamped (to 4 KiB), not a panic.
+        let fs = parts_of(0, 0, u64::MAX);
+        let reply = fs.write(caller(), ROOT_NODE, 1, 0, &data[..PART], 0).await;
+        assert_eq!(reply.unwrap().written as usize, PART);
+        assert_eq!(fs.service().sent().len(), PART / (4 << 10));
     }
 
-    /// A worker that answers each write after yielding once, and records the offsets in the
-    /// order the calls start and how many were in flight at most.
+    /// A worker that answers reads and writes after yielding, later offsets after fewer
+    /// yields (so they finish first), and records the offsets in the order the calls start
+    /// and how many were in flight at most. Anything else is an open, answered with handle 9.
     #[derive(Default)]
     struct InFlight {
         now: Mutex<usize>,
@@ -1039,9 +1078,25 @@ mod tests {
 
     impl FileService for InFlight {
         fn call(&self, op: Op) -> impl Future<Output = Result<ReplyResult, Error>> + Send {
-            let (offset, len) = match &op {
-                Op::Write(r) => (r.offset, r.data.len()),
-                _ => (u64::MAX, 0),
+            let (offset, result) = match op {
+                Op::Write(r) => (
+                    r.offset,
+                    ReplyResult::Write(v1::WriteReply {
+                        written: r.data.len() as u32,
+                    }),
+                ),
+                Op::Read(r) => {
+                    let fill = (r.offset >> 17) as u8;
+                    let data = Bytes::from(vec![fill; r.size as usize]);
+                    (r.offset, ReplyResult::Read(v1::ReadReply { data }))
+                }
+                _ => (
+                    u64::MAX,
+                    ReplyResult::Open(v1::OpenReply {
+                        handle: 9,
+                        handle_lease_ms: 0,
+                    }),
+                ),
             };
             lock(&self.started).push(offset);
             {
@@ -1050,31 +1105,93 @@ mod tests {
                 let mut most = lock(&self.most);
                 *most = (*most).max(*now);
             }
+            let yields = 16u64.saturating_sub(offset / PART as u64);
             async move {
-                tokio::task::yield_now().await;
+                for _ in 0..yields {
+                    tokio::task::yield_now().await;
+                }
                 *lock(&self.now) -= 1;
-                Ok(ReplyResult::Write(v1::WriteReply {
-                    written: len as u32,
-                }))
+                Ok(result)
             }
         }
     }
 
+    fn in_flight() -> Fs<InFlight> {
+        let config = FsConfig {
+            call_data_bytes: PART,
+            ..FsConfig::default()
+        };
+        Fs::new(InFlight::default(), config)
+    }
+
+    fn started(fs: &Fs<InFlight>) -> Vec<u64> {
+        lock(&fs.service().started).clone()
+    }
+
     #[tokio::test]
-    async fn the_parts_of_an_appending_write_go_one_at_a_time_in_order() {
-        let data = vec![1u8; 8 * PART];
-        let in_order: Vec<u64> = (0..8).map(|i| (i * PART) as u64).collect();
-        for (flags, most) in [(0, PARALLEL_CALLS), (libc::O_APPEND as u32, 1)] {
-            let config = FsConfig {
-                call_data_bytes: PART,
-                ..FsConfig::default()
-            };
-            let fs = Fs::new(InFlight::default(), config);
-            let reply = fs.write(caller(), ROOT_NODE, 1, 0, &data, flags).await;
-            assert_eq!(reply.unwrap().written as usize, data.len());
-            assert_eq!(*lock(&fs.service().most), most, "flags {flags:#o}");
-            assert_eq!(*lock(&fs.service().started), in_order);
-        }
+    async fn an_appending_write_goes_out_as_whole_calls_one_after_another() {
+        let data = vec![1u8; 2 * MAX_DATA_BYTES + 1];
+        let whole = MAX_DATA_BYTES as u64;
+
+        let fs = in_flight();
+        let reply = fs.write(caller(), ROOT_NODE, 1, 0, &data[..MAX_DATA_BYTES], 0);
+        assert_eq!(reply.await.unwrap().written as usize, MAX_DATA_BYTES);
+        assert_eq!(
+            *lock(&fs.service().most),
+            PARALLEL_CALLS,
+            "parts in parallel"
+        );
+        assert_eq!(
+            started(&fs),
+            (0..8).map(|i| (i * PART) as u64).collect::<Vec<_>>()
+        );
+
+        // O_APPEND on the write: one call per MiB, one at a time, in order.
+        let fs = in_flight();
+        let append = libc::O_APPEND as u32;
+        let reply = fs.write(caller(), ROOT_NODE, 1, 0, &data, append).await;
+        assert_eq!(reply.unwrap().written as usize, data.len());
+        assert_eq!(*lock(&fs.service().most), 1);
+        assert_eq!(started(&fs), [0, whole, 2 * whole]);
+
+        // O_APPEND only at open (after F_SETFL the kernel's writes may not say it).
+        let fs = in_flight();
+        let open = fs.open(caller(), ROOT_NODE, libc::O_WRONLY as u32 | append);
+        let fh = open.await.unwrap().fh;
+        let reply = fs.write(caller(), ROOT_NODE, fh, 0, &data[..MAX_DATA_BYTES], 0);
+        assert_eq!(reply.await.unwrap().written as usize, MAX_DATA_BYTES);
+        assert_eq!(started(&fs), [u64::MAX, 0], "the open, then one call");
+    }
+
+    #[tokio::test]
+    async fn a_read_or_write_interrupted_before_sending_fails_with_eintr_and_sends_nothing() {
+        let fs = in_flight();
+        let data = vec![1u8; MAX_DATA_BYTES];
+        fs.interrupt(caller().unique);
+        let write = fs.write(caller(), ROOT_NODE, 1, 0, &data, 0).await;
+        assert_eq!(write.unwrap_err(), Errno::clamped(libc::EINTR));
+        fs.interrupt(caller().unique);
+        let read = fs
+            .read(caller(), ROOT_NODE, 1, 0, MAX_DATA_BYTES as u32)
+            .await;
+        assert_eq!(read.unwrap_err(), Errno::clamped(libc::EINTR));
+        assert!(started(&fs).is_empty());
+
+        // An interrupt of another request changes nothing.
+        fs.interrupt(caller().unique + 1);
+        let write = fs.write(caller(), ROOT_NODE, 1, 0, &data, 0).await;
+        assert_eq!(write.unwrap().written as usize, data.len());
+    }
+
+    #[tokio::test]
+    async fn a_read_is_reassembled_in_order_when_later_parts_finish_first() {
+        let fs = in_flight();
+        let read = fs
+            .read(caller(), ROOT_NODE, 1, 0, MAX_DATA_BYTES as u32)
+            .await;
+        let expected: Vec<u8> = (0..8u8).flat_map(|i| vec![i; PART]).collect();
+        assert!(read.unwrap().data[..] == expected[..]);
+        assert_eq!(*lock(&fs.service().most), PARALLEL_CALLS);
     }
 
     #[tokio::test]

@@ -181,7 +181,9 @@ pub struct Config {
     pub role: Role,
     /// Durations.
     pub timings: Timings,
-    /// How many replies each volume's reply cache keeps (4096).
+    /// How many replies each volume's reply cache may hold (131,072). Replies are kept for
+    /// twice the call budget; only a faster stream of mutations than this many per retention
+    /// makes the oldest go early (logged), after which a late retry of one applies again.
     pub dedup_capacity: usize,
     /// After how many journal records a volume writes a checkpoint (1024).
     pub compact_after: usize,
@@ -200,7 +202,7 @@ impl Config {
             tls,
             role: Role::Leader,
             timings: Timings::default(),
-            dedup_capacity: 4096,
+            dedup_capacity: 131_072,
             compact_after: 1024,
             queue_depth: 1024,
             volumes: Vec::new(),

@@ -209,6 +209,8 @@ fn options(config: &Config) -> VolumeOptions {
         lease_ms: ms(config.timings.lease),
         handle_lease_ms: ms(config.timings.handle_lease),
         dedup_capacity: config.dedup_capacity,
+        // A retry reaches the worker at most one call budget after the first attempt.
+        dedup_retention_ms: ms(config.timings.call_budget).saturating_mul(2),
         compact_after: config.compact_after.max(1),
     }
 }

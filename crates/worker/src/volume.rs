@@ -34,6 +34,7 @@ pub(crate) struct VolumeOptions {
     pub(crate) lease_ms: u64,
     pub(crate) handle_lease_ms: u64,
     pub(crate) dedup_capacity: usize,
+    pub(crate) dedup_retention_ms: u64,
     pub(crate) compact_after: usize,
 }
 
@@ -140,7 +141,7 @@ impl Volume {
             lease: snapshot.lease,
             inodes,
             handles: HandleTable::new(u32::from_ne_bytes(nonce)),
-            dedup: DedupCache::new(options.dedup_capacity),
+            dedup: DedupCache::new(options.dedup_capacity, options.dedup_retention_ms),
             options,
             failed: false,
         })
@@ -180,7 +181,7 @@ impl Volume {
             Answer::Fresh { result, cache } => {
                 let bytes = reply_bytes(&request_id, result);
                 if cache {
-                    self.dedup.insert(request_id, digest, bytes.clone());
+                    self.dedup.insert(request_id, digest, bytes.clone(), now_ms);
                 }
                 bytes
             }
