@@ -15,7 +15,8 @@
 //! [`mount`] mounts a volume as root without a helper binary (filesystem type
 //! `fuse.tak-os-replicated`, source = the volume ID, `default_permissions`, `allow_other`,
 //! direct I/O on every open, zero entry and attribute lifetimes, 1 MiB per read or write
-//! request). [`Mounted::unmount`] refuses while bind mounts of the volume remain and checks the
+//! request, which `Fs` sends to the workers as concurrent calls of
+//! [`FsConfig::call_data_bytes`]). [`Mounted::unmount`] refuses while bind mounts of the volume remain and checks the
 //! mount's identity before unmounting; [`abort_connection`] is for a connection known dead.
 //!
 //! What the filesystem supports and why is in `SEMANTICS.md` beside this crate.
