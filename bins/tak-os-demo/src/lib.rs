@@ -144,7 +144,7 @@ fn serve_and_drive(
     let outcome = runtime.block_on(async {
         tokio::select! {
             outcome = scenario::run(report, workspace, &mut process, metrics) => outcome,
-            signal = interrupted() => Err(Failure::new("interrupted", signal)),
+            signal = tak_os_local_csi::shutdown_signal() => Err(Failure::new("interrupted", signal)),
         }
     });
     let driver = Driver { process, metrics };
@@ -231,21 +231,6 @@ fn keep(report: &mut Report<'_>, workspace: &Workspace, driver: Driver) {
 fn free_local_port() -> std::io::Result<SocketAddr> {
     let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?;
     listener.local_addr()
-}
-
-/// Resolves with the name of the first SIGINT or SIGTERM.
-async fn interrupted() -> &'static str {
-    use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut term), Ok(mut int)) = (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-    ) else {
-        return std::future::pending().await;
-    };
-    tokio::select! {
-        _ = term.recv() => "SIGTERM",
-        _ = int.recv() => "SIGINT",
-    }
 }
 
 /// Prints the last lines of the driver's log.

@@ -112,15 +112,15 @@ pub fn serve(config: Config) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
-    runtime.block_on(run(
-        config,
-        Arc::new(mounter::LinuxMounter::new()),
-        shutdown_signal(),
-    ))
+    runtime.block_on(run(config, Arc::new(mounter::LinuxMounter::new()), async {
+        let signal = shutdown_signal().await;
+        tracing::info!(signal, "shutting down");
+    }))
 }
 
-/// Resolves on the first SIGTERM or SIGINT (never, if the handlers cannot be installed).
-pub async fn shutdown_signal() {
+/// Resolves with the name of the first SIGTERM or SIGINT (never, if the handlers cannot be
+/// installed).
+pub async fn shutdown_signal() -> &'static str {
     use tokio::signal::unix::{SignalKind, signal};
     let (Ok(mut term), Ok(mut int)) = (
         signal(SignalKind::terminate()),
@@ -129,7 +129,7 @@ pub async fn shutdown_signal() {
         return std::future::pending().await;
     };
     tokio::select! {
-        _ = term.recv() => {}
-        _ = int.recv() => {}
+        _ = term.recv() => "SIGTERM",
+        _ = int.recv() => "SIGINT",
     }
 }

@@ -103,9 +103,21 @@ struct Fields<'a> {
 impl<'a> Fields<'a> {
     /// Takes the next field. Plain fields are short, so a byte loop beats a vectorized search.
     fn plain(&mut self, field: Field) -> Result<&'a [u8], ErrorKind> {
+        self.field(field, |rest| {
+            rest.iter().position(|&b| b == b' ' || b == b'\n')
+        })
+    }
+
+    /// Takes the next field, which `find_end` ends at the offset of its space or newline (or
+    /// at the end of the input when it finds neither); only a space leaves more fields.
+    fn field(
+        &mut self,
+        field: Field,
+        find_end: impl FnOnce(&[u8]) -> Option<usize>,
+    ) -> Result<&'a [u8], ErrorKind> {
         let start = self.pos.ok_or(ErrorKind::MissingField(field))?;
         let rest = &self.input[start..];
-        Ok(match rest.iter().position(|&b| b == b' ' || b == b'\n') {
+        Ok(match find_end(rest) {
             Some(len) => {
                 self.pos = (rest[len] == b' ').then_some(start + len + 1);
                 &rest[..len]
@@ -129,18 +141,7 @@ impl<'a> Fields<'a> {
         escaping: Escaping,
         canonical: &mut bool,
     ) -> Result<std::borrow::Cow<'a, [u8]>, ErrorKind> {
-        let start = self.pos.ok_or(ErrorKind::MissingField(field))?;
-        let rest = &self.input[start..];
-        let raw = match memchr::memchr2(b' ', b'\n', rest) {
-            Some(len) => {
-                self.pos = (rest[len] == b' ').then_some(start + len + 1);
-                &rest[..len]
-            }
-            None => {
-                self.pos = None;
-                rest
-            }
-        };
+        let raw = self.field(field, |rest| memchr::memchr2(b' ', b'\n', rest))?;
         let special = memchr::memchr3(b'\\', b'\t', b'#', raw).is_some();
         Ok(escape::decode(raw, special, escaping, canonical))
     }

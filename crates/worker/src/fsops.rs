@@ -257,6 +257,27 @@ impl Volume {
         self.entry(fd.as_fd())
     }
 
+    /// Removes the entry `name` of `parent` (`unlinkat` with `flags`) and forgets its inode
+    /// when that was its last link.
+    fn remove(
+        &mut self,
+        parent: Option<&v1::FileId>,
+        name_bytes: &[u8],
+        flags: AtFlags,
+    ) -> Result<(), OpError> {
+        let dir = self.dir_fd(parent)?;
+        let name = name(name_bytes)?;
+        let victim = rustix::fs::openat(
+            &dir,
+            name,
+            OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        )?;
+        rustix::fs::unlinkat(&dir, name, flags)?;
+        self.forget_if_unlinked(&victim);
+        Ok(())
+    }
+
     /// Forgets the inode behind `fd` when its last link is gone.
     fn forget_if_unlinked(&mut self, fd: &OwnedFd) {
         if let Ok(stat) = rustix::fs::fstat(fd)
@@ -316,29 +337,11 @@ impl Volume {
                 )?))
             }
             Op::Unlink(r) => {
-                let dir = self.dir_fd(r.parent.as_ref())?;
-                let name = name(&r.name)?;
-                let victim = rustix::fs::openat(
-                    &dir,
-                    name,
-                    OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-                    Mode::empty(),
-                )?;
-                rustix::fs::unlinkat(&dir, name, AtFlags::empty())?;
-                self.forget_if_unlinked(&victim);
+                self.remove(r.parent.as_ref(), &r.name, AtFlags::empty())?;
                 Ok(Done::Unlink(v1::Empty {}))
             }
             Op::Rmdir(r) => {
-                let dir = self.dir_fd(r.parent.as_ref())?;
-                let name = name(&r.name)?;
-                let victim = rustix::fs::openat(
-                    &dir,
-                    name,
-                    OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-                    Mode::empty(),
-                )?;
-                rustix::fs::unlinkat(&dir, name, AtFlags::REMOVEDIR)?;
-                self.forget_if_unlinked(&victim);
+                self.remove(r.parent.as_ref(), &r.name, AtFlags::REMOVEDIR)?;
                 Ok(Done::Rmdir(v1::Empty {}))
             }
             Op::Rename(r) => {
