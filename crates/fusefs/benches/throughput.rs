@@ -519,6 +519,14 @@ impl InstantWorker {
         }
     }
 
+    fn write(&self, r: &v1::WriteRequest) -> v1::WriteReply {
+        let end = r.offset + r.data.len() as u64;
+        self.sequential.fetch_max(end + 1, Relaxed);
+        v1::WriteReply {
+            written: r.data.len() as u32,
+        }
+    }
+
     fn read(&self, offset: u64, size: u32) -> Bytes {
         let end = self.sequential.load(Relaxed).saturating_sub(1);
         let len = end.saturating_sub(offset).min(u64::from(size)) as usize;
@@ -580,12 +588,17 @@ impl FileService for InstantWorker {
                 handle: 1,
                 handle_lease_ms: 0,
             })),
-            Op::Write(r) => {
-                let end = r.offset + r.data.len() as u64;
-                self.sequential.fetch_max(end + 1, Relaxed);
-                Ok(ReplyResult::Write(v1::WriteReply {
-                    written: r.data.len() as u32,
-                }))
+            Op::OpenKillSuidgid(_) => Ok(ReplyResult::OpenKillSuidgid(v1::OpenReply {
+                handle: 1,
+                handle_lease_ms: 0,
+            })),
+            Op::Write(ref r) => {
+                let written = self.write(r);
+                Ok(ReplyResult::Write(written))
+            }
+            Op::WriteKillSuidgid(ref r) => {
+                let written = self.write(r.write.as_ref().unwrap_or(&v1::WriteRequest::default()));
+                Ok(ReplyResult::WriteKillSuidgid(written))
             }
             Op::Read(r) => Ok(ReplyResult::Read(v1::ReadReply {
                 data: self.read(r.offset, r.size),

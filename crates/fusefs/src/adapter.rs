@@ -10,7 +10,7 @@ use futures_util::stream;
 use lease_client::protocol::MAX_DATA_BYTES;
 
 use crate::errno::Errno;
-use crate::fs::{Caller, Fs};
+use crate::fs::{Caller, Fs, WriteFlags};
 use crate::service::FileService;
 
 /// Serves an [`Fs`] to the kernel through fuse3.
@@ -209,9 +209,10 @@ impl<S: FileService> Filesystem for FuseAdapter<S> {
         fh: u64,
         offset: u64,
         data: &[u8],
-        _write_flags: u32,
+        write_flags: u32,
         flags: u32,
     ) -> Result<ReplyWrite> {
+        let flags = WriteFlags::from_request(flags, write_flags);
         self.fs
             .write(caller(&req), inode, fh, offset, data, flags)
             .await

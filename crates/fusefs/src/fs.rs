@@ -44,6 +44,31 @@ pub struct Caller {
     pub gid: u32,
 }
 
+/// `FUSE_WRITE_KILL_SUIDGID` in a WRITE request's `write_flags`: the writer lacks
+/// CAP_FSETID, so the write must drop the file's set-user-ID and set-group-ID bits (with
+/// direct I/O the kernel leaves this to the filesystem).
+pub const FUSE_WRITE_KILL_SUIDGID: u32 = 1 << 2;
+
+/// What the kernel says about one WRITE besides its data.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WriteFlags {
+    /// The `open(2)` flags of the descriptor written through (`O_APPEND` ...).
+    pub open_flags: u32,
+    /// The writer lacks CAP_FSETID: the worker clears the file's set-user-ID bit, and its
+    /// set-group-ID bit as the rule in SEMANTICS.md says, before it writes.
+    pub kill_suidgid: bool,
+}
+
+impl WriteFlags {
+    /// The flags of a WRITE request: its open flags and its FUSE `write_flags`.
+    pub fn from_request(open_flags: u32, write_flags: u32) -> Self {
+        WriteFlags {
+            open_flags,
+            kill_suidgid: write_flags & FUSE_WRITE_KILL_SUIDGID != 0,
+        }
+    }
+}
+
 /// Tunables of the filesystem.
 #[derive(Clone, Copy, Debug)]
 pub struct FsConfig {
@@ -111,6 +136,16 @@ fn concat(mut parts: Vec<Bytes>) -> Bytes {
         whole.extend_from_slice(part);
     }
     whole.freeze()
+}
+
+/// The bytes a write call's result says were written; `None` for a result of another kind.
+fn written_by(result: &ReplyResult) -> Option<usize> {
+    match result {
+        ReplyResult::Write(reply) | ReplyResult::WriteKillSuidgid(reply) => {
+            Some(reply.written as usize)
+        }
+        _ => None,
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -474,14 +509,24 @@ impl<S: FileService> Fs<S> {
         }
     }
 
-    /// OPEN: every file is opened for direct I/O.
+    /// OPEN: every file is opened for direct I/O. An open that truncates (`O_TRUNC`: the
+    /// kernel truncates through the open and sends no kill request of its own) names its
+    /// caller, so that the worker drops the file's privileges as a truncation does.
     pub async fn open(&self, caller: Caller, node: u64, flags: u32) -> Result<ReplyOpen, Errno> {
         let file = self.file(node)?;
-        let op = Op::Open(v1::OpenRequest {
+        let open = v1::OpenRequest {
             file: Some(file.into()),
             flags,
-        });
-        let reply = expect!(self.call(caller, op).await?, Open);
+        };
+        let reply = if flags & libc::O_TRUNC as u32 == 0 {
+            expect!(self.call(caller, Op::Open(open)).await?, Open)
+        } else {
+            let op = Op::OpenKillSuidgid(v1::OpenKillSuidgidRequest {
+                open: Some(open),
+                caller: Self::caller_of(caller),
+            });
+            expect!(self.call(caller, op).await?, OpenKillSuidgid)
+        };
         self.opened(file, flags, reply.handle, reply.handle_lease_ms);
         Ok(ReplyOpen {
             fh: reply.handle,
@@ -576,6 +621,9 @@ impl<S: FileService> Fs<S> {
     /// descriptor appends whatever the offset, so the parts of a write would land in the order
     /// they arrive: such a write goes out as calls of the largest size, one after another (a
     /// kernel request, at most 1 MiB, is then one call and appends as one).
+    ///
+    /// A write by a caller without CAP_FSETID ([`WriteFlags::kill_suidgid`]) goes out as
+    /// `write_kill_suidgid` calls, every part of it, naming the caller.
     pub async fn write(
         &self,
         caller: Caller,
@@ -583,12 +631,12 @@ impl<S: FileService> Fs<S> {
         fh: u64,
         offset: u64,
         data: &[u8],
-        flags: u32,
+        flags: WriteFlags,
     ) -> Result<ReplyWrite, Errno> {
         let file = self.file(node)?;
         self.not_interrupted(caller)?;
         let opened_with = lock(&self.handles).get(&fh).map_or(0, |open| open.flags);
-        let appends = (flags | opened_with) & libc::O_APPEND as u32 != 0;
+        let appends = (flags.open_flags | opened_with) & libc::O_APPEND as u32 != 0;
         let (part, in_flight) = match appends {
             false => (self.config.part_size(), PARALLEL_CALLS),
             true => (MAX_DATA_BYTES, 1),
@@ -602,16 +650,22 @@ impl<S: FileService> Fs<S> {
             }
             // Copied out of fuse3's buffer when the call starts, so the connection encrypts
             // one part while the next is copied.
-            let op = Op::Write(v1::WriteRequest {
+            let write = v1::WriteRequest {
                 file: Some(file.into()),
                 handle: fh,
                 offset: offset.saturating_add(start as u64),
                 data: Bytes::copy_from_slice(chunk),
-                flags,
-            });
+                flags: flags.open_flags,
+            };
+            let op = match flags.kill_suidgid {
+                false => Op::Write(write),
+                true => Op::WriteKillSuidgid(v1::WriteKillSuidgidRequest {
+                    write: Some(write),
+                    caller: Self::caller_of(caller),
+                }),
+            };
             let reply = self.send(op).await;
-            let whole =
-                matches!(&reply, Ok(ReplyResult::Write(w)) if w.written as usize == chunk.len());
+            let whole = matches!(&reply, Ok(result) if written_by(result) == Some(chunk.len()));
             if !whole {
                 stopped.store(true, Ordering::Release);
             }
@@ -625,7 +679,10 @@ impl<S: FileService> Fs<S> {
         let mut written = 0usize;
         for (len, reply) in replies {
             let n = match reply {
-                Some(Ok(reply)) => expect!(reply, Write).written as usize,
+                Some(Ok(reply)) => match written_by(&reply) {
+                    Some(n) => n,
+                    None => expect!(reply, Write).written as usize,
+                },
                 Some(Err(errno)) if written == 0 => return Err(errno),
                 Some(Err(_)) | None => break,
             };
@@ -1037,7 +1094,10 @@ mod tests {
         // The parts start in order, and each answers at once: once the fourth has failed, no
         // later part starts.
         let fs = parts_of(PART, 0, 3 * PART as u64);
-        let reply = fs.write(caller(), ROOT_NODE, 1, 0, &data, 0).await.unwrap();
+        let reply = fs
+            .write(caller(), ROOT_NODE, 1, 0, &data, WriteFlags::default())
+            .await
+            .unwrap();
         assert_eq!(
             reply.written as usize,
             3 * PART,
@@ -1050,18 +1110,32 @@ mod tests {
         );
 
         let fs = parts_of(PART, 0, 0);
-        let failed = fs.write(caller(), ROOT_NODE, 1, 0, &data, 0).await;
+        let failed = fs
+            .write(caller(), ROOT_NODE, 1, 0, &data, WriteFlags::default())
+            .await;
         assert_eq!(failed.unwrap_err(), Errno::clamped(libc::EIO));
         assert_eq!(fs.service().sent(), up_to(1));
 
         let fs = parts_of(PART, 0, u64::MAX);
-        let reply = fs.write(caller(), ROOT_NODE, 1, 0, &data, 0).await.unwrap();
+        let reply = fs
+            .write(caller(), ROOT_NODE, 1, 0, &data, WriteFlags::default())
+            .await
+            .unwrap();
         assert_eq!(reply.written as usize, data.len());
         assert_eq!(fs.service().sent(), up_to(8));
 
         // A part size of zero is clamped (to 4 KiB), not a panic.
         let fs = parts_of(0, 0, u64::MAX);
-        let reply = fs.write(caller(), ROOT_NODE, 1, 0, &data[..PART], 0).await;
+        let reply = fs
+            .write(
+                caller(),
+                ROOT_NODE,
+                1,
+                0,
+                &data[..PART],
+                WriteFlags::default(),
+            )
+            .await;
         assert_eq!(reply.unwrap().written as usize, PART);
         assert_eq!(fs.service().sent().len(), PART / (4 << 10));
     }
@@ -1134,7 +1208,14 @@ mod tests {
         let whole = MAX_DATA_BYTES as u64;
 
         let fs = in_flight();
-        let reply = fs.write(caller(), ROOT_NODE, 1, 0, &data[..MAX_DATA_BYTES], 0);
+        let reply = fs.write(
+            caller(),
+            ROOT_NODE,
+            1,
+            0,
+            &data[..MAX_DATA_BYTES],
+            WriteFlags::default(),
+        );
         assert_eq!(reply.await.unwrap().written as usize, MAX_DATA_BYTES);
         assert_eq!(
             *lock(&fs.service().most),
@@ -1149,7 +1230,8 @@ mod tests {
         // O_APPEND on the write: one call per MiB, one at a time, in order.
         let fs = in_flight();
         let append = libc::O_APPEND as u32;
-        let reply = fs.write(caller(), ROOT_NODE, 1, 0, &data, append).await;
+        let appending = WriteFlags::from_request(append, 0);
+        let reply = fs.write(caller(), ROOT_NODE, 1, 0, &data, appending).await;
         assert_eq!(reply.unwrap().written as usize, data.len());
         assert_eq!(*lock(&fs.service().most), 1);
         assert_eq!(started(&fs), [0, whole, 2 * whole]);
@@ -1158,9 +1240,92 @@ mod tests {
         let fs = in_flight();
         let open = fs.open(caller(), ROOT_NODE, libc::O_WRONLY as u32 | append);
         let fh = open.await.unwrap().fh;
-        let reply = fs.write(caller(), ROOT_NODE, fh, 0, &data[..MAX_DATA_BYTES], 0);
+        let reply = fs.write(
+            caller(),
+            ROOT_NODE,
+            fh,
+            0,
+            &data[..MAX_DATA_BYTES],
+            WriteFlags::default(),
+        );
         assert_eq!(reply.await.unwrap().written as usize, MAX_DATA_BYTES);
         assert_eq!(started(&fs), [u64::MAX, 0], "the open, then one call");
+    }
+
+    /// A worker that records each call's operation and the caller it names, and answers
+    /// writes in full and opens with handle 3.
+    #[derive(Default)]
+    struct Recorded {
+        calls: Mutex<Vec<(&'static str, Option<v1::Caller>)>>,
+    }
+
+    impl FileService for Recorded {
+        fn call(&self, op: Op) -> impl Future<Output = Result<ReplyResult, Error>> + Send {
+            let written = v1::WriteReply {
+                written: op.data_len() as u32,
+            };
+            let opened = v1::OpenReply {
+                handle: 3,
+                handle_lease_ms: 0,
+            };
+            let (caller, result) = match &op {
+                Op::Write(_) => (None, ReplyResult::Write(written)),
+                Op::WriteKillSuidgid(r) => (r.caller, ReplyResult::WriteKillSuidgid(written)),
+                Op::Open(_) => (None, ReplyResult::Open(opened)),
+                Op::OpenKillSuidgid(r) => (r.caller, ReplyResult::OpenKillSuidgid(opened)),
+                _ => (None, ReplyResult::Flush(v1::Empty {})),
+            };
+            lock(&self.calls).push((op.name(), caller));
+            std::future::ready(Ok(result))
+        }
+    }
+
+    #[tokio::test]
+    async fn every_part_of_a_write_without_fsetid_asks_the_worker_to_drop_set_id_bits() {
+        let user = Caller {
+            unique: 5,
+            uid: 1000,
+            gid: 100,
+        };
+        let named = Some(v1::Caller {
+            uid: 1000,
+            gid: 100,
+        });
+        let config = FsConfig {
+            call_data_bytes: PART,
+            ..FsConfig::default()
+        };
+        let data = vec![7u8; MAX_DATA_BYTES];
+
+        let fs = Fs::new(Recorded::default(), config);
+        let killing = WriteFlags::from_request(0, FUSE_WRITE_KILL_SUIDGID);
+        assert!(killing.kill_suidgid);
+        let reply = fs.write(user, ROOT_NODE, 1, 0, &data, killing).await;
+        assert_eq!(reply.unwrap().written as usize, data.len());
+        let calls = lock(&fs.service().calls).clone();
+        assert_eq!(calls, vec![("write_kill_suidgid", named); 8], "each part");
+
+        // Another write flag (FUSE_WRITE_LOCKOWNER) asks for nothing.
+        let fs = Fs::new(Recorded::default(), config);
+        let plain = WriteFlags::from_request(0, 1 << 1);
+        fs.write(user, ROOT_NODE, 1, 0, &data, plain).await.unwrap();
+        assert_eq!(lock(&fs.service().calls).clone(), vec![("write", None); 8]);
+
+        // An open that truncates names its caller; one that does not is a plain open.
+        let fs = Fs::new(Recorded::default(), config);
+        let trunc = (libc::O_WRONLY | libc::O_TRUNC) as u32;
+        assert_eq!(fs.open(user, ROOT_NODE, trunc).await.unwrap().fh, 3);
+        assert_eq!(
+            fs.open(user, ROOT_NODE, libc::O_WRONLY as u32)
+                .await
+                .unwrap()
+                .fh,
+            3
+        );
+        assert_eq!(
+            lock(&fs.service().calls).clone(),
+            [("open_kill_suidgid", named), ("open", None)]
+        );
     }
 
     #[tokio::test]
@@ -1168,7 +1333,9 @@ mod tests {
         let fs = in_flight();
         let data = vec![1u8; MAX_DATA_BYTES];
         fs.interrupt(caller().unique);
-        let write = fs.write(caller(), ROOT_NODE, 1, 0, &data, 0).await;
+        let write = fs
+            .write(caller(), ROOT_NODE, 1, 0, &data, WriteFlags::default())
+            .await;
         assert_eq!(write.unwrap_err(), Errno::clamped(libc::EINTR));
         fs.interrupt(caller().unique);
         let read = fs
@@ -1179,7 +1346,9 @@ mod tests {
 
         // An interrupt of another request changes nothing.
         fs.interrupt(caller().unique + 1);
-        let write = fs.write(caller(), ROOT_NODE, 1, 0, &data, 0).await;
+        let write = fs
+            .write(caller(), ROOT_NODE, 1, 0, &data, WriteFlags::default())
+            .await;
         assert_eq!(write.unwrap().written as usize, data.len());
     }
 

@@ -60,6 +60,8 @@ mod service;
 
 pub use adapter::FuseAdapter;
 pub use errno::{Errno, MAX_ERRNO, errno_of};
-pub use fs::{Caller, Fs, FsConfig, PARALLEL_CALLS, ROOT_NODE, TTL};
+pub use fs::{
+    Caller, FUSE_WRITE_KILL_SUIDGID, Fs, FsConfig, PARALLEL_CALLS, ROOT_NODE, TTL, WriteFlags,
+};
 pub use mount::{FS_TYPE, FUSECTL, MountError, Mounted, SUBTYPE, abort_connection, mount};
 pub use service::FileService;

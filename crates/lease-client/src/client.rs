@@ -168,11 +168,7 @@ impl<T: Transport> Client<T> {
     pub fn prepare_with_id(&self, request_id: RequestId, op: Op) -> Result<PreparedCall, Error> {
         let config = &self.shared.config;
         let name = op.name();
-        let data_len = match &op {
-            Op::Write(write) => write.data.len(),
-            Op::Read(read) => usize::try_from(read.size).unwrap_or(usize::MAX),
-            _ => 0,
-        };
+        let data_len = op.data_len();
         if data_len > config.budgets.max_data_bytes {
             return Err(Error::InvalidRequest {
                 volume_id: config.volume_id.clone(),

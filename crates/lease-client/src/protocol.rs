@@ -168,6 +168,8 @@ impl Op {
             Op::Release(_) => "release",
             Op::RenewHandles(_) => "renew_handles",
             Op::Statfs(_) => "statfs",
+            Op::WriteKillSuidgid(_) => "write_kill_suidgid",
+            Op::OpenKillSuidgid(_) => "open_kill_suidgid",
             Op::ClaimMount(_) => "claim_mount",
             Op::RenewMount(_) => "renew_mount",
             Op::ReleaseMount(_) => "release_mount",
@@ -186,6 +188,17 @@ impl Op {
                 | Op::Read(_)
                 | Op::Statfs(_)
         )
+    }
+
+    /// The file data the operation carries (a write) or asks for (a read), in bytes; zero for
+    /// every other operation.
+    pub fn data_len(&self) -> usize {
+        match self {
+            Op::Write(write) => write.data.len(),
+            Op::WriteKillSuidgid(kill) => kill.write.as_ref().map_or(0, |write| write.data.len()),
+            Op::Read(read) => usize::try_from(read.size).unwrap_or(usize::MAX),
+            _ => 0,
+        }
     }
 }
 
@@ -215,6 +228,8 @@ impl ReplyResult {
             ReplyResult::Release(_) => "release",
             ReplyResult::RenewHandles(_) => "renew_handles",
             ReplyResult::Statfs(_) => "statfs",
+            ReplyResult::WriteKillSuidgid(_) => "write_kill_suidgid",
+            ReplyResult::OpenKillSuidgid(_) => "open_kill_suidgid",
             ReplyResult::ClaimMount(_) => "claim_mount",
             ReplyResult::RenewMount(_) => "renew_mount",
             ReplyResult::ReleaseMount(_) => "release_mount",
@@ -363,11 +378,7 @@ pub fn decode_request(body: impl Buf) -> Result<DecodedRequest, ProtocolError> {
         field: "op",
         problem: "no operation",
     })?;
-    match &op {
-        Op::Write(write) => check_data_len(write.data.len())?,
-        Op::Read(read) => check_data_len(usize::try_from(read.size).unwrap_or(usize::MAX))?,
-        _ => {}
-    }
+    check_data_len(op.data_len())?;
     Ok(DecodedRequest {
         volume_id: message.volume_id,
         volume_generation: VolumeGeneration(message.volume_generation),
@@ -713,7 +724,7 @@ mod tests {
         // The request and reply oneofs use the same field numbers and names; `name()` ties
         // them together for `classify_reply`.
         use prost::Message as _;
-        for tag in (10..=30).chain(40..=42) {
+        for tag in (10..=32).chain(40..=42) {
             // A request with only the oneof field set, empty message: tag << 3 | 2, length 0.
             let mut body = encode_request(&v1::Request {
                 request_id: vec![0; 16],
@@ -735,6 +746,64 @@ mod tests {
             let result = decode_reply(&reply_body[..]).unwrap().result.unwrap();
             assert_eq!(op.name(), result.name(), "field {tag}");
         }
+    }
+
+    /// A request as a worker that predates `write_kill_suidgid` decodes it: the envelope and
+    /// the operations it knew (here, `write`).
+    #[derive(Clone, PartialEq, prost::Message)]
+    struct OlderRequest {
+        #[prost(bytes = "vec", tag = "3")]
+        request_id: Vec<u8>,
+        #[prost(oneof = "OlderOp", tags = "25, 23")]
+        op: Option<OlderOp>,
+    }
+
+    #[derive(Clone, PartialEq, prost::Oneof)]
+    enum OlderOp {
+        #[prost(message, tag = "25")]
+        Write(v1::WriteRequest),
+        #[prost(message, tag = "23")]
+        Open(v1::OpenRequest),
+    }
+
+    #[test]
+    fn an_older_worker_finds_no_operation_in_a_killing_write_or_open() {
+        let write = v1::WriteRequest {
+            data: Bytes::from_static(b"data"),
+            ..Default::default()
+        };
+        let caller = Some(v1::Caller {
+            uid: 1000,
+            gid: 1000,
+        });
+        let killing = [
+            Op::WriteKillSuidgid(v1::WriteKillSuidgidRequest {
+                write: Some(write.clone()),
+                caller,
+            }),
+            Op::OpenKillSuidgid(v1::OpenKillSuidgidRequest {
+                open: Some(v1::OpenRequest {
+                    flags: 0o1000, // O_TRUNC
+                    ..Default::default()
+                }),
+                caller,
+            }),
+        ];
+        for op in killing {
+            let name = op.name();
+            let body = encode_request(&request(op));
+            let older = OlderRequest::decode(&body[..]).unwrap();
+            assert_eq!(older.request_id, vec![3; 16]);
+            // No operation: the older worker answers INVALID_REQUEST ("no operation", as
+            // `envelope_problems_are_invalid_requests` shows) instead of writing or truncating
+            // with the privileges kept.
+            assert_eq!(older.op, None, "{name}");
+        }
+        let plain = OlderRequest::decode(&encode_request(&request(Op::Write(write)))[..]).unwrap();
+        assert!(
+            matches!(plain.op, Some(OlderOp::Write(_))),
+            "the same decoder knows writes"
+        );
     }
 
     #[test]

@@ -88,6 +88,7 @@ struct State {
     in_flight: usize,
     max_in_flight: usize,
     next_handle: u64,
+    knows_kill_suidgid: bool,
 }
 
 /// The fake worker group. Clones share the same state.
@@ -115,6 +116,7 @@ impl FakeTransport {
                 in_flight: 0,
                 max_in_flight: 0,
                 next_handle: 1,
+                knows_kill_suidgid: true,
             })),
         }
     }
@@ -164,6 +166,14 @@ impl FakeTransport {
     /// Delays every answer by `delay` (after applying).
     pub fn set_delay(&self, delay: Duration) {
         self.lock().delay = delay;
+    }
+
+    /// With `false`, the group acts as workers that predate `write_kill_suidgid` and
+    /// `open_kill_suidgid`: they find no operation they know in such a request and refuse it
+    /// as INVALID_REQUEST, applying nothing (which is what the protocol relies on to keep an
+    /// older worker from writing with the set-user-ID bits kept).
+    pub fn set_knows_kill_suidgid(&self, knows: bool) {
+        self.lock().knows_kill_suidgid = knows;
     }
 
     /// The lease length granted by claims and renewals.
@@ -341,6 +351,14 @@ impl FakeTransport {
         if let Some(cached) = state.cache.get(&request.request_id) {
             return cached.clone();
         }
+        let kill_suidgid = match &request.op {
+            Op::WriteKillSuidgid(kill) => Some(kill.caller.is_some() && kill.write.is_some()),
+            Op::OpenKillSuidgid(kill) => Some(kill.caller.is_some() && kill.open.is_some()),
+            _ => None,
+        };
+        if kill_suidgid == Some(false) || (kill_suidgid.is_some() && !state.knows_kill_suidgid) {
+            return error(v1::ErrorKind::InvalidRequest, Duration::ZERO);
+        }
 
         let result = match &request.op {
             Op::ClaimMount(_) => match (holder, request.mount_epoch) {
@@ -436,11 +454,18 @@ fn canned(op: &Op, next_handle: &mut u64) -> ReplyResult {
             handle: handle(),
             handle_lease_ms: 60_000,
         }),
+        Op::OpenKillSuidgid(_) => ReplyResult::OpenKillSuidgid(v1::OpenReply {
+            handle: handle(),
+            handle_lease_ms: 60_000,
+        }),
         Op::Read(read) => ReplyResult::Read(v1::ReadReply {
             data: Bytes::from(vec![0; usize::try_from(read.size).unwrap_or(0)]),
         }),
-        Op::Write(write) => ReplyResult::Write(v1::WriteReply {
-            written: u32::try_from(write.data.len()).unwrap_or(u32::MAX),
+        Op::Write(_) => ReplyResult::Write(v1::WriteReply {
+            written: u32::try_from(op.data_len()).unwrap_or(u32::MAX),
+        }),
+        Op::WriteKillSuidgid(_) => ReplyResult::WriteKillSuidgid(v1::WriteReply {
+            written: u32::try_from(op.data_len()).unwrap_or(u32::MAX),
         }),
         Op::Flush(_) => ReplyResult::Flush(v1::Empty {}),
         Op::Fsync(_) => ReplyResult::Fsync(v1::Empty {}),

@@ -44,6 +44,14 @@ pub fn private_mount_namespace_with_fuse(test: &str) -> bool {
     private_mount_namespace(test)
 }
 
+/// For tests that need root but no mount namespace (opening files by handle, say): `true`
+/// when the process is root; otherwise `false` after printing a `SKIPPED` line, or a panic
+/// when `CI=true`.
+#[must_use = "a privileged test must return early when this is false"]
+pub fn requires_root(test: &str) -> bool {
+    rustix::process::geteuid().is_root() || skip_or_fail(test, "not running as root")
+}
+
 /// Whether the tests run in CI, where a skipped privileged test is a failure.
 pub fn in_ci() -> bool {
     std::env::var_os("CI").is_some_and(|v| v == "true")

@@ -62,6 +62,65 @@ const OPEN_FLAGS: u32 = (libc::O_ACCMODE
     | libc::O_NOATIME
     | libc::O_DIRECTORY) as u32;
 
+/// What the privilege rule of [`kill_suidgid`] knows of whoever truncates a file by opening it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Opener {
+    /// Taken to hold CAP_FSETID: uid 0 (FUSE does not say whether an opener holds the
+    /// capability, so this is an approximation).
+    Privileged,
+    /// Any other opener, with its group when the request names it (a plain `open` does not:
+    /// such an opener counts as outside the file's group).
+    Unprivileged(Option<u32>),
+}
+
+impl Opener {
+    fn of(caller: Option<&v1::Caller>) -> Self {
+        match caller {
+            Some(caller) if caller.uid == 0 => Opener::Privileged,
+            caller => Opener::Unprivileged(caller.map(|caller| caller.gid)),
+        }
+    }
+}
+
+/// The permission bits a write or truncation by a writer without CAP_FSETID leaves on a
+/// regular file of mode `mode` owned by group `file_gid`, as Linux decides it for a local file
+/// system: set-user-ID is cleared; set-group-ID is cleared when the group-execute bit is set or
+/// the writer's group (`writer_gid`; `None` when unknown) is not the file's. Supplementary
+/// groups are not known, so membership through one counts as outside (the conservative side).
+pub(crate) fn mode_after_unprivileged_write(
+    mode: u32,
+    file_gid: u32,
+    writer_gid: Option<u32>,
+) -> u32 {
+    let mut kept = mode & 0o7777;
+    kept &= !libc::S_ISUID;
+    if kept & libc::S_ISGID != 0 && (kept & libc::S_IXGRP != 0 || writer_gid != Some(file_gid)) {
+        kept &= !libc::S_ISGID;
+    }
+    kept
+}
+
+/// Drops the set-user-ID and set-group-ID bits of the regular file `fd` as a write by an
+/// unprivileged writer of group `writer_gid` does ([`mode_after_unprivileged_write`]); other
+/// files and files without the bits are left alone, unchanged and unwritten.
+fn kill_suidgid(fd: BorrowedFd<'_>, writer_gid: Option<u32>) -> Result<(), OpError> {
+    let stat = rustix::fs::fstat(fd)?;
+    if stat.st_mode & libc::S_IFMT != libc::S_IFREG {
+        return Ok(());
+    }
+    let kept = mode_after_unprivileged_write(stat.st_mode, stat.st_gid, writer_gid);
+    if kept != stat.st_mode & 0o7777 {
+        // Through /proc: `fd` may be an O_PATH descriptor, which fchmod(2) refuses.
+        rustix::fs::chmodat(
+            rustix::fs::CWD,
+            proc_path(fd),
+            Mode::from_raw_mode(kept),
+            AtFlags::empty(),
+        )?;
+    }
+    Ok(())
+}
+
 fn ident(file: Option<&v1::FileId>) -> Result<Ident, OpError> {
     let file = file.ok_or(OpError::Invalid("a file ID is missing"))?;
     Ok(Ident {
@@ -400,16 +459,20 @@ impl Volume {
                 }))
             }
             Op::Readdir(r) => self.readdir(r),
-            Op::Open(r) => {
-                let id = ident(r.file.as_ref())?;
-                let flags = OFlags::from_bits_retain(r.flags & OPEN_FLAGS);
-                let fd = self.inodes.open(id, flags)?;
-                let expires = at_ms.saturating_add(self.handle_lease_ms());
-                let handle = self.handles.insert(File::from(fd), id, r.flags, expires);
-                Ok(Done::Open(v1::OpenReply {
-                    handle,
-                    handle_lease_ms: self.handle_lease_ms(),
-                }))
+            Op::Open(r) => Ok(Done::Open(self.open_handle(r, Opener::of(None), at_ms)?)),
+            Op::OpenKillSuidgid(r) => {
+                let (open, caller) =
+                    r.open
+                        .as_ref()
+                        .zip(r.caller.as_ref())
+                        .ok_or(OpError::Invalid(
+                            "open_kill_suidgid needs an open and a caller",
+                        ))?;
+                Ok(Done::OpenKillSuidgid(self.open_handle(
+                    open,
+                    Opener::of(Some(caller)),
+                    at_ms,
+                )?))
             }
             Op::Read(r) => {
                 let size = usize::try_from(r.size).unwrap_or(usize::MAX);
@@ -432,15 +495,16 @@ impl Volume {
                     data: Bytes::from(data),
                 }))
             }
-            Op::Write(r) => {
-                if r.data.len() > MAX_DATA_BYTES {
-                    return Err(OpError::Invalid("a write is over the data limit"));
-                }
-                let file = self.handle_file(r.file.as_ref(), r.handle)?;
-                file.write_all_at(&r.data, r.offset)?;
-                Ok(Done::Write(v1::WriteReply {
-                    written: u32::try_from(r.data.len()).unwrap_or(u32::MAX),
-                }))
+            Op::Write(r) => Ok(Done::Write(self.write(r, None)?)),
+            Op::WriteKillSuidgid(r) => {
+                let (write, caller) =
+                    r.write
+                        .as_ref()
+                        .zip(r.caller.as_ref())
+                        .ok_or(OpError::Invalid(
+                            "write_kill_suidgid needs a write and a caller",
+                        ))?;
+                Ok(Done::WriteKillSuidgid(self.write(write, Some(caller))?))
             }
             Op::Flush(r) => {
                 self.handle_file(r.file.as_ref(), r.handle)?;
@@ -489,6 +553,51 @@ impl Volume {
                 Err(OpError::Invalid("a lease command is not a file operation"))
             }
         }
+    }
+
+    /// Opens `file` for a new handle. An open with `O_TRUNC` first drops the file's
+    /// privileges as `opener` calls for ([`kill_suidgid`]), then truncates.
+    fn open_handle(
+        &mut self,
+        r: &v1::OpenRequest,
+        opener: Opener,
+        at_ms: u64,
+    ) -> Result<v1::OpenReply, OpError> {
+        let id = ident(r.file.as_ref())?;
+        if r.flags & libc::O_TRUNC as u32 != 0
+            && let Opener::Unprivileged(writer_gid) = opener
+        {
+            kill_suidgid(self.path_fd(id)?.as_fd(), writer_gid)?;
+        }
+        let flags = OFlags::from_bits_retain(r.flags & OPEN_FLAGS);
+        let fd = self.inodes.open(id, flags)?;
+        let expires = at_ms.saturating_add(self.handle_lease_ms());
+        let handle = self.handles.insert(File::from(fd), id, r.flags, expires);
+        Ok(v1::OpenReply {
+            handle,
+            handle_lease_ms: self.handle_lease_ms(),
+        })
+    }
+
+    /// Writes through an open handle; for a writer without CAP_FSETID (`kill` names it) the
+    /// file's privileges are dropped first, in this same step of the volume's order, so no
+    /// reader ever sees the new data under the old set-user-ID mode.
+    fn write(
+        &mut self,
+        r: &v1::WriteRequest,
+        kill: Option<&v1::Caller>,
+    ) -> Result<v1::WriteReply, OpError> {
+        if r.data.len() > MAX_DATA_BYTES {
+            return Err(OpError::Invalid("a write is over the data limit"));
+        }
+        let file = self.handle_file(r.file.as_ref(), r.handle)?;
+        if let Some(caller) = kill {
+            kill_suidgid(file.as_fd(), Some(caller.gid))?;
+        }
+        file.write_all_at(&r.data, r.offset)?;
+        Ok(v1::WriteReply {
+            written: u32::try_from(r.data.len()).unwrap_or(u32::MAX),
+        })
     }
 
     fn setattr(&mut self, r: &v1::SetattrRequest) -> OpResult {
@@ -551,6 +660,20 @@ impl Volume {
         let dir = self.dir_fd(r.parent.as_ref())?;
         let name = name(&r.name)?;
         let existed = rustix::fs::statat(&dir, name, AtFlags::SYMLINK_NOFOLLOW).is_ok();
+        // Made by another client since the kernel looked: truncating it is an open with
+        // O_TRUNC, and drops privileges as one.
+        if existed
+            && r.flags & libc::O_TRUNC as u32 != 0
+            && let Opener::Unprivileged(writer_gid) = Opener::of(r.caller.as_ref())
+        {
+            let fd = rustix::fs::openat(
+                &dir,
+                name,
+                OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                Mode::empty(),
+            )?;
+            kill_suidgid(fd.as_fd(), writer_gid)?;
+        }
         let flags = OFlags::from_bits_retain(
             r.flags & (libc::O_ACCMODE | libc::O_EXCL | libc::O_TRUNC | libc::O_APPEND) as u32,
         ) | OFlags::CREATE
@@ -657,7 +780,232 @@ fn identify(
 
 #[cfg(test)]
 mod tests {
-    use super::name;
+    use std::mem::MaybeUninit;
+    use std::os::unix::fs::PermissionsExt;
+
+    use lease_client::protocol::{
+        AccessMode, ROOT_INO, ROOT_INODE_GENERATION, RequestId, decode_reply, decode_request,
+        encode_request,
+    };
+    use lease_client::v1;
+    use lease_client::v1::request::Op;
+    use rustix::fs::inotify;
+
+    use super::{mode_after_unprivileged_write, name};
+    use crate::config::VolumeSpec;
+    use crate::volume::{Volume, VolumeOptions};
+    use crate::{dedup, meta};
+
+    #[test]
+    fn an_unprivileged_write_keeps_set_group_id_only_without_group_execute_in_the_group() {
+        // (mode, file's group, writer's group) -> what stays
+        let cases = [
+            (0o4777, 0, Some(7), 0o0777),
+            (0o2777, 0, Some(7), 0o0777),
+            (0o6777, 0, Some(7), 0o0777),
+            (0o2767, 0, Some(7), 0o0767),
+            (0o2767, 7, Some(7), 0o2767),
+            (0o2777, 7, Some(7), 0o0777),
+            (0o6767, 7, Some(7), 0o2767),
+            (0o2767, 7, None, 0o0767),
+            (0o0755, 0, Some(7), 0o0755),
+            (0o1777, 0, None, 0o1777),
+        ];
+        for (mode, file_gid, writer_gid, kept) in cases {
+            assert_eq!(
+                mode_after_unprivileged_write(0o100_000 | mode, file_gid, writer_gid),
+                kept,
+                "{mode:o} of group {file_gid} written by {writer_gid:?}"
+            );
+        }
+    }
+
+    /// One volume of the reference worker on a temporary directory, driven through its apply
+    /// step as the apply loop drives it.
+    struct Applied {
+        _state: tempfile::TempDir,
+        volume: Volume,
+        data: std::path::PathBuf,
+        next_id: u8,
+    }
+
+    impl Applied {
+        fn new() -> Self {
+            let state = tempfile::tempdir().unwrap();
+            let spec = VolumeSpec {
+                volume_id: "v".into(),
+                volume_generation: 1,
+                access_mode: crate::AccessMode::Rwx,
+            };
+            let dir = meta::volume_dir(state.path(), &spec.volume_id);
+            meta::create(&dir, &spec).unwrap();
+            let options = VolumeOptions {
+                lease_ms: 90_000,
+                handle_lease_ms: 60_000,
+                dedup_capacity: 64,
+                dedup_retention_ms: 30_000,
+                compact_after: 1000,
+            };
+            let volume = Volume::open(state.path(), &spec, options).unwrap();
+            Applied {
+                data: dir.join(meta::DATA),
+                _state: state,
+                volume,
+                next_id: 0,
+            }
+        }
+
+        fn apply(&mut self, op: Op) -> v1::reply::Result {
+            self.next_id += 1;
+            let body = encode_request(&v1::Request {
+                volume_id: "v".into(),
+                volume_generation: 1,
+                request_id: RequestId([self.next_id; 16]).0.to_vec(),
+                mount_epoch: Vec::new(),
+                access_mode: AccessMode::Rwx.into(),
+                op: Some(op),
+            });
+            let request = decode_request(&body[..]).unwrap();
+            let reply = self.volume.apply(&request, dedup::digest(&body), 1);
+            decode_reply(reply).unwrap().result.unwrap()
+        }
+
+        /// Makes the file `name` with `mode` on the backing disk and opens it for writing.
+        fn open(&mut self, name: &str, mode: u32) -> (v1::FileId, u64) {
+            std::fs::write(self.data.join(name), [b'.'; 64]).unwrap();
+            std::fs::set_permissions(self.data.join(name), PermissionsExt::from_mode(mode))
+                .unwrap();
+            let parent = Some(v1::FileId {
+                ino: ROOT_INO,
+                inode_generation: ROOT_INODE_GENERATION,
+            });
+            let lookup = Op::Lookup(v1::LookupRequest {
+                parent,
+                name: name.as_bytes().to_vec(),
+            });
+            let v1::reply::Result::Lookup(entry) = self.apply(lookup) else {
+                panic!("lookup of {name} failed");
+            };
+            let file = entry.file.unwrap();
+            let open = Op::Open(v1::OpenRequest {
+                file: Some(file),
+                flags: libc::O_WRONLY as u32,
+            });
+            let v1::reply::Result::Open(open) = self.apply(open) else {
+                panic!("open of {name} failed");
+            };
+            (file, open.handle)
+        }
+
+        fn mode(&self, name: &str) -> u32 {
+            use std::os::unix::fs::MetadataExt as _;
+            std::fs::metadata(self.data.join(name)).unwrap().mode() & 0o7777
+        }
+    }
+
+    /// The attribute changes and modifications of the watched files, in the order they
+    /// happened.
+    fn changes(inotify_fd: &std::os::fd::OwnedFd) -> Vec<&'static str> {
+        let mut buf = [MaybeUninit::uninit(); 4096];
+        let mut events = inotify::Reader::new(inotify_fd, &mut buf);
+        let mut seen = Vec::new();
+        while let Ok(event) = events.next() {
+            if event.events().contains(inotify::ReadFlags::ATTRIB) {
+                seen.push("mode");
+            }
+            if event.events().contains(inotify::ReadFlags::MODIFY) {
+                seen.push("data");
+            }
+        }
+        seen
+    }
+
+    #[test]
+    fn a_killing_write_changes_the_mode_before_the_data_in_one_apply_step() {
+        if !test_support::requires_root(
+            "a_killing_write_changes_the_mode_before_the_data_in_one_apply_step",
+        ) {
+            return;
+        }
+        let mut volume = Applied::new();
+        let watch =
+            inotify::init(inotify::CreateFlags::NONBLOCK | inotify::CreateFlags::CLOEXEC).unwrap();
+        let watched = inotify::WatchFlags::ATTRIB | inotify::WatchFlags::MODIFY;
+
+        // A plain write (a writer with CAP_FSETID) changes the data only.
+        let (file, handle) = volume.open("plain", 0o4777);
+        inotify::add_watch(&watch, volume.data.join("plain"), watched).unwrap();
+        let write = |data: &'static [u8]| v1::WriteRequest {
+            file: Some(file),
+            handle,
+            offset: 0,
+            data: bytes::Bytes::from_static(data),
+            flags: 0,
+        };
+        let reply = volume.apply(Op::Write(write(b"root")));
+        assert!(matches!(reply, v1::reply::Result::Write(w) if w.written == 4));
+        assert_eq!(changes(&watch), ["data"]);
+        assert_eq!(volume.mode("plain"), 0o4777);
+
+        // A killing write: the mode first, then the data, both before the reply.
+        let kill = Op::WriteKillSuidgid(v1::WriteKillSuidgidRequest {
+            write: Some(write(b"user")),
+            caller: Some(v1::Caller {
+                uid: 1000,
+                gid: 1000,
+            }),
+        });
+        let reply = volume.apply(kill);
+        assert!(matches!(reply, v1::reply::Result::WriteKillSuidgid(w) if w.written == 4));
+        assert_eq!(changes(&watch), ["mode", "data"]);
+        assert_eq!(volume.mode("plain"), 0o777);
+        assert_eq!(
+            &std::fs::read(volume.data.join("plain")).unwrap()[..4],
+            b"user"
+        );
+
+        // A truncating open by a user: the mode, then the truncation. By uid 0: no mode change.
+        let (file, _) = volume.open("truncated", 0o6777);
+        inotify::add_watch(&watch, volume.data.join("truncated"), watched).unwrap();
+        let open_trunc = |uid| {
+            Op::OpenKillSuidgid(v1::OpenKillSuidgidRequest {
+                open: Some(v1::OpenRequest {
+                    file: Some(file),
+                    flags: (libc::O_WRONLY | libc::O_TRUNC) as u32,
+                }),
+                caller: Some(v1::Caller { uid, gid: 1000 }),
+            })
+        };
+        let reply = volume.apply(open_trunc(0));
+        assert!(matches!(reply, v1::reply::Result::OpenKillSuidgid(_)));
+        assert_eq!(changes(&watch), ["data"]);
+        assert_eq!(volume.mode("truncated"), 0o6777, "uid 0 keeps the bits");
+        let reply = volume.apply(open_trunc(1000));
+        assert!(matches!(reply, v1::reply::Result::OpenKillSuidgid(_)));
+        assert_eq!(changes(&watch), ["mode", "data"]);
+        assert_eq!(volume.mode("truncated"), 0o777);
+
+        // Without a caller the request is malformed, and nothing changes.
+        let (file, handle) = volume.open("refused", 0o4777);
+        let reply = volume.apply(Op::WriteKillSuidgid(v1::WriteKillSuidgidRequest {
+            write: Some(v1::WriteRequest {
+                file: Some(file),
+                handle,
+                data: bytes::Bytes::from_static(b"x"),
+                ..Default::default()
+            }),
+            caller: None,
+        }));
+        assert!(
+            matches!(&reply, v1::reply::Result::Error(e) if e.kind == i32::from(v1::ErrorKind::InvalidRequest)),
+            "{reply:?}"
+        );
+        assert_eq!(volume.mode("refused"), 0o4777);
+        assert_eq!(
+            std::fs::read(volume.data.join("refused")).unwrap(),
+            [b'.'; 64]
+        );
+    }
 
     #[test]
     fn directory_cookies_are_stable_nonzero_and_leave_room_for_client_offsets() {

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use fusefs::{Caller, Errno, Fs, FsConfig, ROOT_NODE};
+use fusefs::{Caller, Errno, Fs, FsConfig, ROOT_NODE, WriteFlags};
 use lease_client::protocol::{MAX_DATA_BYTES, VolumeGeneration};
 use lease_client::{Client, ClientConfig, EndpointSet, HttpsTransport};
 use worker::{AccessMode, Timings};
@@ -174,8 +174,15 @@ fn an_interrupt_before_sending_gives_eintr_and_sends_nothing() {
             let write = tokio::spawn({
                 let (fs, data) = (Arc::clone(&fs), data.clone());
                 async move {
-                    fs.write(caller(50), created.attr.ino, created.fh, 0, &data, 0)
-                        .await
+                    fs.write(
+                        caller(50),
+                        created.attr.ino,
+                        created.fh,
+                        0,
+                        &data,
+                        WriteFlags::default(),
+                    )
+                    .await
                 }
             });
             tokio::time::sleep(Duration::from_millis(50)).await;
@@ -303,7 +310,10 @@ fn reads_and_writes_are_split_into_parts_and_reassembled_in_order() {
                 let data: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
 
                 let sent = volume.arrivals();
-                let written = fs.write(next(), ino, fh, 0, &data, 0).await.unwrap();
+                let written = fs
+                    .write(next(), ino, fh, 0, &data, WriteFlags::default())
+                    .await
+                    .unwrap();
                 assert_eq!(written.written as usize, len);
                 assert_eq!(
                     volume.arrivals() - sent,
@@ -370,7 +380,9 @@ fn renewal_keeps_handles_past_their_lease_and_forgets_expired_ones() {
                 .await
                 .unwrap();
             let (ino, fh) = (created.attr.ino, created.fh);
-            fs.write(next(), ino, fh, 0, b"kept", 0).await.unwrap();
+            fs.write(next(), ino, fh, 0, b"kept", WriteFlags::default())
+                .await
+                .unwrap();
 
             // Renewed by hand: the next renewal is due after a third of the stated lease.
             let next_renewal = fs.renew_handles().await.unwrap();

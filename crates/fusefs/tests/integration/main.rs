@@ -10,6 +10,7 @@ mod fs_core;
 mod model;
 mod outage;
 mod posix;
+mod setid;
 mod support;
 mod sys;
 mod visibility;

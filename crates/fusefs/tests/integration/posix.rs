@@ -811,12 +811,7 @@ fn default_permissions_deny_another_user() {
         return;
     };
     let root = setup.root();
-    // The test's temporary directory is 0700: let `nobody` walk down to the mount.
-    let mut up = root.clone();
-    while up != setup.volume.dir.path() {
-        up.pop();
-        fs::set_permissions(&up, fs::Permissions::from_mode(0o755)).unwrap();
-    }
+    setup.let_everyone_reach_the_root();
     fs::set_permissions(&root, fs::Permissions::from_mode(0o755)).unwrap();
     fs::write(root.join("secret"), b"root only").unwrap();
     fs::set_permissions(root.join("secret"), fs::Permissions::from_mode(0o600)).unwrap();

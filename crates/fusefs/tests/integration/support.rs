@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
@@ -333,6 +333,16 @@ impl Setup {
 
     pub(crate) fn root(&self) -> PathBuf {
         self.mount.as_ref().unwrap().path().to_owned()
+    }
+
+    /// Lets every user walk down to the mount's root (the test's temporary directory is
+    /// 0700), so that tests can act as an unprivileged user through the mount.
+    pub(crate) fn let_everyone_reach_the_root(&self) {
+        let mut up = self.root();
+        while up != self.volume.dir.path() {
+            up.pop();
+            std::fs::set_permissions(&up, std::fs::Permissions::from_mode(0o755)).unwrap();
+        }
     }
 
     pub(crate) fn finish(mut self) {

@@ -26,7 +26,7 @@ pub struct Request {
     /// The operation. A request without one is INVALID_REQUEST.
     #[prost(
         oneof = "request::Op",
-        tags = "10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 40, 41, 42"
+        tags = "10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 40, 41, 42"
     )]
     pub op: ::core::option::Option<request::Op>,
 }
@@ -77,6 +77,10 @@ pub mod request {
         RenewHandles(super::RenewHandlesRequest),
         #[prost(message, tag = "30")]
         Statfs(super::StatfsRequest),
+        #[prost(message, tag = "31")]
+        WriteKillSuidgid(super::WriteKillSuidgidRequest),
+        #[prost(message, tag = "32")]
+        OpenKillSuidgid(super::OpenKillSuidgidRequest),
         #[prost(message, tag = "40")]
         ClaimMount(super::ClaimMountRequest),
         #[prost(message, tag = "41")]
@@ -94,7 +98,7 @@ pub struct Reply {
     pub request_id: ::prost::alloc::vec::Vec<u8>,
     #[prost(
         oneof = "reply::Result",
-        tags = "2, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 40, 41, 42"
+        tags = "2, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 40, 41, 42"
     )]
     pub result: ::core::option::Option<reply::Result>,
 }
@@ -147,6 +151,10 @@ pub mod reply {
         RenewHandles(super::RenewHandlesReply),
         #[prost(message, tag = "30")]
         Statfs(super::StatfsReply),
+        #[prost(message, tag = "31")]
+        WriteKillSuidgid(super::WriteReply),
+        #[prost(message, tag = "32")]
+        OpenKillSuidgid(super::OpenReply),
         #[prost(message, tag = "40")]
         ClaimMount(super::LeaseReply),
         #[prost(message, tag = "41")]
@@ -470,9 +478,25 @@ pub struct ReaddirReply {
 pub struct OpenRequest {
     #[prost(message, optional, tag = "1")]
     pub file: ::core::option::Option<FileId>,
-    /// Linux `open(2)` flags.
+    /// Linux `open(2)` flags. A client sends an open with O_TRUNC as `open_kill_suidgid`; a plain
+    /// `open` with O_TRUNC names no caller, so the worker treats it as an unprivileged one outside
+    /// the file's group and clears both bits.
     #[prost(uint32, tag = "2")]
     pub flags: u32,
+}
+/// An `open` whose flags hold O_TRUNC (the kernel truncates through the open and sends no
+/// kill request of its own): before truncating, the worker clears the set-user-ID and
+/// set-group-ID bits by the rule of `WriteKillSuidgidRequest`, except for `caller.uid` 0, which
+/// stands in for a caller holding CAP_FSETID (FUSE does not say whether the opener holds it).
+/// An operation of its own for the reason given there: a worker that does not know it refuses
+/// it instead of truncating with the privileges kept.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct OpenKillSuidgidRequest {
+    #[prost(message, optional, tag = "1")]
+    pub open: ::core::option::Option<OpenRequest>,
+    /// Required: who opens.
+    #[prost(message, optional, tag = "2")]
+    pub caller: ::core::option::Option<Caller>,
 }
 /// A new open handle.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, ::prost::Message)]
@@ -515,6 +539,24 @@ pub struct WriteRequest {
     /// Linux `open(2)`-style write flags the kernel passed (O_APPEND ...).
     #[prost(uint32, tag = "5")]
     pub flags: u32,
+}
+/// A write by a caller without CAP_FSETID (the kernel flags such a write with
+/// FUSE_WRITE_KILL_SUIDGID), which must drop the file's privileges as a local file system does:
+/// before the data is written, in the same step of the volume's order, the worker clears S_ISUID
+/// and, when the group-execute bit is set or `caller.gid` is not the file's group, S_ISGID, on a
+/// regular file. Supplementary groups are not known, so a writer who is in the file's group only
+/// through one loses S_ISGID (the conservative side).
+///
+/// This is an operation of its own rather than a field of `WriteRequest` on purpose: a worker
+/// that does not know it finds no operation in the request and refuses it (INVALID_REQUEST),
+/// where an unknown field would be ignored and the write applied with the privileges kept.
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct WriteKillSuidgidRequest {
+    #[prost(message, optional, tag = "1")]
+    pub write: ::core::option::Option<WriteRequest>,
+    /// Required: whose write it is.
+    #[prost(message, optional, tag = "2")]
+    pub caller: ::core::option::Option<Caller>,
 }
 /// How much of a write was applied.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, ::prost::Message)]

@@ -293,6 +293,37 @@ async fn data_over_the_limit_is_refused_before_sending() {
 }
 
 #[tokio::test]
+async fn a_killing_write_is_applied_by_current_workers_and_refused_by_older_ones() {
+    let client = fake_client(budgets(), AccessMode::Rwx);
+    let kill = || {
+        Op::WriteKillSuidgid(v1::WriteKillSuidgidRequest {
+            write: Some(v1::WriteRequest {
+                data: vec![1u8; 10].into(),
+                ..Default::default()
+            }),
+            caller: Some(v1::Caller { uid: 1, gid: 1 }),
+        })
+    };
+    let reply = client.call(kill()).await.unwrap();
+    assert!(
+        matches!(reply, v1::reply::Result::WriteKillSuidgid(w) if w.written == 10),
+        "{reply:?}"
+    );
+
+    let fake = client.transport().clone();
+    fake.set_knows_kill_suidgid(false);
+    let applied = fake.applied().len();
+    let err = client.call(kill()).await.unwrap_err();
+    assert_eq!(err.refusal(), Some(&Refusal::InvalidRequest));
+    assert_eq!(fake.applied().len(), applied, "nothing written");
+    let plain = Op::Write(v1::WriteRequest {
+        data: vec![1u8; 10].into(),
+        ..Default::default()
+    });
+    assert!(client.call(plain).await.is_ok(), "plain writes still work");
+}
+
+#[tokio::test]
 async fn the_same_id_gives_the_same_bytes() {
     let client = fake_client(budgets(), AccessMode::Rwx);
     let id = RequestId([4; 16]);
