@@ -104,7 +104,9 @@ pub use table::MountTable;
 ///
 /// When `input` parses to a table `t`:
 /// - `render(t)` parses to a table equal to `t`, and rendering that gives the same bytes;
-/// - when `input` was in the kernel's own form, `render(t) == input`.
+/// - when `input` was in the kernel's own form, `render(t) == input`;
+/// - the path queries match nothing for the empty path, and find each mount (of the first 64)
+///   at or below its own mount point exactly when that point is absolute.
 ///
 /// When `input` does not parse, the error names a line that exists.
 ///
@@ -145,4 +147,28 @@ pub fn roundtrip_check(input: &[u8]) {
         "rendered table is not in the kernel's form"
     );
     assert!(again.render() == rendered, "rendering is not stable");
+    assert_eq!(
+        table.mounts_at_or_below("").count(),
+        0,
+        "the empty path matches nothing"
+    );
+    assert!(
+        table.containing("").is_none(),
+        "nothing contains the empty path"
+    );
+    assert!(
+        table.by_mount_point("").is_none(),
+        "no mount sits at the empty path"
+    );
+    for mount in table.iter().take(64) {
+        let at = mount.mount_point();
+        let found = table
+            .mounts_at_or_below(&at)
+            .any(|other| std::ptr::eq(other, mount));
+        assert_eq!(
+            found,
+            at.is_absolute(),
+            "a mount is at or below its own point"
+        );
+    }
 }

@@ -72,6 +72,9 @@ impl<'a> MountTable<'a> {
 
     /// The topmost mount whose mount point is exactly `path`.
     pub fn by_mount_point(&self, path: impl AsRef<Path>) -> Option<&Mount<'a>> {
+        if !path.as_ref().is_absolute() {
+            return None;
+        }
         let wanted = PathKey::new(path.as_ref());
         self.mounts
             .iter()
@@ -85,18 +88,24 @@ impl<'a> MountTable<'a> {
     }
 
     /// The mounts at `path` or anywhere below it, in table order. `/a` covers `/a` and `/a/b`,
-    /// never `/ab`.
+    /// never `/ab`. A relative path, the empty path included, matches nothing.
     pub fn mounts_at_or_below(&self, path: impl AsRef<Path>) -> impl Iterator<Item = &Mount<'a>> {
         let base = path.as_ref().to_path_buf();
+        // Every path starts with the empty path: without this, "" would name every mount.
+        let absolute = base.is_absolute();
         self.mounts
             .iter()
-            .filter(move |m| m.mount_point().starts_with(&base))
+            .filter(move |m| absolute && m.mount_point().starts_with(&base))
     }
 
     /// The mount that `path` is on: the topmost mount whose mount point is the longest
-    /// component-wise prefix of `path`. `None` only for a relative path or a table without `/`.
+    /// component-wise prefix of `path`. `None` only for a relative path (the empty path
+    /// included) or a table without `/`.
     pub fn containing(&self, path: impl AsRef<Path>) -> Option<&Mount<'a>> {
         let path = path.as_ref();
+        if !path.is_absolute() {
+            return None;
+        }
         let mut best: Option<(usize, &Mount<'a>)> = None;
         for m in &self.mounts {
             if path.starts_with(m.mount_point()) {

@@ -369,6 +369,16 @@ fn mounts_at_or_below_never_match_a_string_prefix() {
 }
 
 #[test]
+fn the_empty_path_and_relative_paths_match_nothing() {
+    let table = MountTable::parse(TREE).unwrap();
+    assert_eq!(table.mounts_at_or_below("").count(), 0);
+    assert_eq!(table.mounts_at_or_below("mnt").count(), 0);
+    assert!(table.containing("").is_none());
+    assert!(table.by_mount_point("").is_none());
+    assert!(!table.is_mount_point(""));
+}
+
+#[test]
 fn containing_takes_the_longest_component_prefix_and_the_topmost_mount() {
     let table = MountTable::parse(TREE).unwrap();
     assert_eq!(table.containing("/mnt/a/x").unwrap().mount_id(), 26);
