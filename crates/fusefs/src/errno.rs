@@ -65,7 +65,7 @@ pub fn errno_of(error: &Error) -> Errno {
         Error::InvalidRequest { .. } => Errno(libc::EINVAL),
         Error::Rejected { .. }
         | Error::UnexpectedReply { .. }
-        | Error::Random { .. }
+        | Error::Random(_)
         | Error::InvalidEndpoint { .. }
         | Error::NoEndpoints
         | Error::InvalidCredentials { .. } => Errno(libc::EIO),

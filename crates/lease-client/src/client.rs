@@ -404,7 +404,7 @@ pub(crate) fn error_label(error: &Error) -> &'static str {
         Error::Rejected { .. } => "rejected",
         Error::UnexpectedReply { .. }
         | Error::InvalidRequest { .. }
-        | Error::Random { .. }
+        | Error::Random(_)
         | Error::InvalidEndpoint { .. }
         | Error::NoEndpoints
         | Error::InvalidCredentials { .. } => "error",

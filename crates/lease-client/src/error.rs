@@ -1,7 +1,7 @@
 //! The crate's error type.
 
 use crate::policy::Failure;
-use crate::protocol::{ProtocolError, RequestId};
+use crate::protocol::{ProtocolError, RandomUnavailable, RequestId};
 
 pub use crate::protocol::Refusal;
 
@@ -19,11 +19,8 @@ pub use crate::protocol::Refusal;
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// The operating system's random source failed.
-    #[error("cannot draw random bytes: {reason}")]
-    Random {
-        /// The source's explanation.
-        reason: String,
-    },
+    #[error(transparent)]
+    Random(#[from] RandomUnavailable),
     /// An endpoint is not `host:port`.
     #[error("invalid worker endpoint {endpoint:?}: expected host:port")]
     InvalidEndpoint {
@@ -138,7 +135,7 @@ impl Error {
             | Error::InvalidRequest { .. } => true,
             Error::Uncertain { .. }
             | Error::UnexpectedReply { .. }
-            | Error::Random { .. }
+            | Error::Random(_)
             | Error::InvalidEndpoint { .. }
             | Error::NoEndpoints
             | Error::InvalidCredentials { .. } => false,

@@ -1,11 +1,10 @@
 //! The client side of the TAK-OS worker protocol: the wire messages, an HTTPS client that
 //! keeps each logical call within its budget, and the RWO mount lease.
 //!
-//! - **Protocol.** [`v1`] holds the `takos.worker.v1` messages generated from
-//!   `proto/worker.proto` (checked in; a test fails when regenerating would change them).
-//!   [`protocol`] adds typed identities ([`protocol::RequestId`], [`protocol::MountEpoch`],
-//!   [`protocol::VolumeGeneration`], [`protocol::FileId`]), the limits, the HTTP path and
-//!   content type, and encoding and never-panicking decoding for both ends of the wire.
+//! - **Protocol.** The wire protocol lives in the `tak-os-worker-proto` crate (no I/O);
+//!   it is re-exported here as [`protocol`] (typed identities such as
+//!   [`protocol::RequestId`] and [`protocol::MountEpoch`], limits, encoding and decoding) and
+//!   [`v1`] (the generated `takos.worker.v1` messages), so a client needs no second import.
 //! - **Calls.** A [`Client`] serves one volume. Each logical call is encoded once
 //!   ([`PreparedCall`]) and every attempt sends the identical bytes and request ID. The
 //!   decisions (attempt deadlines, jittered backoff, rotation among the staged endpoints on
@@ -98,7 +97,6 @@ mod error;
 mod lease;
 pub mod metrics;
 pub mod policy;
-pub mod protocol;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 mod transport;
@@ -113,11 +111,8 @@ pub use lease::{
 };
 pub use transport::{Credentials, HttpsTransport, Transport, TransportError};
 
-/// The `takos.worker.v1` package, generated from `proto/worker.proto`.
-///
-/// prost names messages as structs, oneofs as enums in a module named after their message
-/// (`request::Op`, `reply::Result`), and enums without their prefix (`ErrorKind::StaleEpoch`).
-#[allow(missing_docs, clippy::all, unreachable_pub, unused_qualifications)]
-pub mod v1 {
-    include!("generated/takos.worker.v1.rs");
-}
+/// The worker wire protocol (the `tak-os-worker-proto` crate): identities, limits, encoding
+/// and decoding.
+pub use worker_proto as protocol;
+/// The `takos.worker.v1` messages (`tak-os-worker-proto`'s generated code).
+pub use worker_proto::v1;

@@ -13,11 +13,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use lease_client::protocol::VolumeGeneration;
-use lease_client::v1;
-use lease_client::v1::request::Op;
 use lease_client::{Budgets, Client, ClientConfig, Credentials, EndpointSet, HttpsTransport};
 use worker::{AccessMode, Config, Server, SystemClock, TlsMaterial, Tokens, VolumeSpec};
+use worker_proto::VolumeGeneration;
+use worker_proto::v1;
+use worker_proto::v1::request::Op;
 
 const TOKEN: &str = "bench-token";
 const FILE_BYTES: u64 = 64 << 20;

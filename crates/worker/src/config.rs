@@ -75,19 +75,19 @@ pub enum AccessMode {
 
 impl AccessMode {
     /// The wire protocol's value.
-    pub fn to_wire(self) -> lease_client::v1::AccessMode {
+    pub fn to_wire(self) -> worker_proto::v1::AccessMode {
         match self {
-            Self::Rwo => lease_client::v1::AccessMode::Rwo,
-            Self::Rwx => lease_client::v1::AccessMode::Rwx,
+            Self::Rwo => worker_proto::v1::AccessMode::Rwo,
+            Self::Rwx => worker_proto::v1::AccessMode::Rwx,
         }
     }
 
     /// From the wire protocol's value; `None` for `UNSPECIFIED`.
-    pub fn from_wire(mode: lease_client::v1::AccessMode) -> Option<Self> {
+    pub fn from_wire(mode: worker_proto::v1::AccessMode) -> Option<Self> {
         match mode {
-            lease_client::v1::AccessMode::Rwo => Some(Self::Rwo),
-            lease_client::v1::AccessMode::Rwx => Some(Self::Rwx),
-            lease_client::v1::AccessMode::Unspecified => None,
+            worker_proto::v1::AccessMode::Rwo => Some(Self::Rwo),
+            worker_proto::v1::AccessMode::Rwx => Some(Self::Rwx),
+            worker_proto::v1::AccessMode::Unspecified => None,
         }
     }
 }

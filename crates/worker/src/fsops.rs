@@ -14,10 +14,10 @@ use std::os::unix::ffi::OsStrExt as _;
 use std::os::unix::fs::FileExt as _;
 
 use bytes::Bytes;
-use lease_client::protocol::MAX_DATA_BYTES;
-use lease_client::v1;
-use lease_client::v1::reply::Result as Done;
 use rustix::fs::{AtFlags, Mode, OFlags, Stat};
+use worker_proto::MAX_DATA_BYTES;
+use worker_proto::v1;
+use worker_proto::v1::reply::Result as Done;
 
 use crate::inode::{Ident, InodeTable};
 use crate::volume::Volume;
@@ -783,13 +783,13 @@ mod tests {
     use std::mem::MaybeUninit;
     use std::os::unix::fs::PermissionsExt;
 
-    use lease_client::protocol::{
+    use rustix::fs::inotify;
+    use worker_proto::v1;
+    use worker_proto::v1::request::Op;
+    use worker_proto::{
         AccessMode, ROOT_INO, ROOT_INODE_GENERATION, RequestId, decode_reply, decode_request,
         encode_request,
     };
-    use lease_client::v1;
-    use lease_client::v1::request::Op;
-    use rustix::fs::inotify;
 
     use super::{mode_after_unprivileged_write, name};
     use crate::config::VolumeSpec;

@@ -22,7 +22,7 @@ use crate::fsops::OpError;
 use crate::meta::{InodeEntry, MetaStore, Record};
 use crate::sys::{self, FileHandle};
 
-pub use lease_client::protocol::ROOT_INO;
+pub use worker_proto::ROOT_INO;
 
 /// The inode generation of the volume root; it never changes.
 pub const ROOT_GENERATION: u64 = 1;

@@ -10,12 +10,12 @@ use http_body_util::{BodyExt as _, Full, Limited};
 use hyper::body::Incoming;
 use hyper::{Method, Request, Response, StatusCode, header};
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use lease_client::protocol::{CALL_PATH, CONTENT_TYPE, MAX_MESSAGE_BYTES, decode_request};
-use lease_client::v1;
 use prost::Message as _;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinSet;
+use worker_proto::v1;
+use worker_proto::{CALL_PATH, CONTENT_TYPE, MAX_MESSAGE_BYTES, decode_request};
 
 use crate::VolumeSpec;
 use crate::auth::Tokens;

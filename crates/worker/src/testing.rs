@@ -4,12 +4,12 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use lease_client::protocol::VolumeGeneration;
 use lease_client::{Budgets, Client, ClientConfig, Credentials, EndpointSet, HttpsTransport};
 use rcgen::{
     BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
     KeyUsagePurpose,
 };
+use worker_proto::VolumeGeneration;
 
 use crate::{
     AccessMode, Config, Error, Server, SystemClock, Timings, TlsMaterial, Tokens, VolumeSpec,

@@ -11,12 +11,12 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use bytes::Bytes;
-use lease_client::protocol::{DecodedRequest, encode_reply};
-use lease_client::v1;
-use lease_client::v1::reply::Result as Done;
-use lease_client::v1::request::Op;
 use rustix::fs::{Mode, OFlags};
 use tokio::sync::{mpsc, oneshot};
+use worker_proto::v1;
+use worker_proto::v1::reply::Result as Done;
+use worker_proto::v1::request::Op;
+use worker_proto::{DecodedRequest, encode_reply};
 
 use crate::clock::Clock;
 use crate::dedup::{Cached, DedupCache, Digest};

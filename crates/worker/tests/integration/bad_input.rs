@@ -2,9 +2,9 @@
 
 use bytes::Bytes;
 use lease_client::TransportError;
-use lease_client::protocol::MAX_MESSAGE_BYTES;
-use lease_client::v1;
-use lease_client::v1::ErrorKind;
+use worker_proto::MAX_MESSAGE_BYTES;
+use worker_proto::v1;
+use worker_proto::v1::ErrorKind;
 
 use crate::support::*;
 

@@ -4,8 +4,8 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use lease_client::v1::ErrorKind;
 use lease_client::{Error, Refusal};
+use worker_proto::v1::ErrorKind;
 
 use crate::support::*;
 
@@ -55,7 +55,7 @@ async fn a_dropped_reply_is_uncertain_and_the_same_call_gets_the_cached_result()
     server.faults().drop_next_replies(0);
     let settled = client.send(&call).await.unwrap();
     assert!(
-        matches!(settled, lease_client::v1::reply::Result::Mkdir(_)),
+        matches!(settled, worker_proto::v1::reply::Result::Mkdir(_)),
         "{settled:?}"
     );
     let ids: HashSet<_> = server
@@ -85,7 +85,7 @@ async fn a_call_switches_endpoints_when_one_worker_is_down() {
     for _ in 0..3 {
         let result = client.call(getattr(root())).await.unwrap();
         assert!(
-            matches!(result, lease_client::v1::reply::Result::Getattr(_)),
+            matches!(result, worker_proto::v1::reply::Result::Getattr(_)),
             "{}",
             result.name()
         );
@@ -163,7 +163,7 @@ async fn followers_and_minorities_refuse_with_no_quorum() {
     )
     .await
     .unwrap();
-    let Some(lease_client::v1::reply::Result::Error(error)) = &reply.result else {
+    let Some(worker_proto::v1::reply::Result::Error(error)) = &reply.result else {
         panic!("a follower answered {reply:?}");
     };
     assert_eq!(error.kind(), ErrorKind::NotLeader);
@@ -373,7 +373,7 @@ async fn the_mount_lease_fences_other_epochs() {
         "{stale:?}"
     );
 
-    a.call(lease_client::v1::request::Op::ReleaseMount(
+    a.call(worker_proto::v1::request::Op::ReleaseMount(
         Default::default(),
     ))
     .await
@@ -381,14 +381,14 @@ async fn the_mount_lease_fences_other_epochs() {
     b.call(claim("node-b")).await.unwrap();
     // A late release from A never clears B.
     let late = a
-        .call(lease_client::v1::request::Op::ReleaseMount(
+        .call(worker_proto::v1::request::Op::ReleaseMount(
             Default::default(),
         ))
         .await
         .unwrap();
     assert!(matches!(
         late,
-        lease_client::v1::reply::Result::ReleaseMount(lease_client::v1::ReleaseMountReply {
+        worker_proto::v1::reply::Result::ReleaseMount(worker_proto::v1::ReleaseMountReply {
             released: false
         })
     ));

@@ -2,10 +2,10 @@
 
 use std::sync::Arc;
 
-use lease_client::v1;
-use lease_client::v1::request::Op;
 use lease_client::{Error, Refusal};
 use worker::{ManualClock, Server, SystemClock, Tokens};
+use worker_proto::v1;
+use worker_proto::v1::request::Op;
 
 use crate::support::*;
 

@@ -5,11 +5,11 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use bytes::Bytes;
-use lease_client::v1;
-use lease_client::v1::request::Op;
 use proptest::prelude::*;
 use worker::ManualClock;
 use worker::lease::{Epoch, LeaseCommand, LeaseOutcome, LeaseState};
+use worker_proto::v1;
+use worker_proto::v1::request::Op;
 
 use crate::support::*;
 

@@ -4,13 +4,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use lease_client::protocol::{MountEpoch, VolumeGeneration, decode_reply, encode_request};
-use lease_client::v1;
-use lease_client::v1::request::Op;
 use lease_client::{
     Budgets, Client, ClientConfig, EndpointSet, HttpsTransport, Transport as _, TransportError,
 };
 use worker::{AccessMode, Clock, Config, Role, Server, SystemClock, Timings, Tokens, VolumeSpec};
+use worker_proto::v1;
+use worker_proto::v1::request::Op;
+use worker_proto::{MountEpoch, VolumeGeneration, decode_reply, encode_request};
 
 /// Every duration in these tests is the default times this factor.
 pub(crate) const SCALE: f64 = 0.1;

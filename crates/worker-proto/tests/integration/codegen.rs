@@ -1,12 +1,12 @@
 //! `src/generated/` must hold exactly what `proto/worker.proto` compiles to.
 //!
-//! With `LEASE_CLIENT_REGENERATE=1` the test rewrites the checked-in files instead.
+//! With `WORKER_PROTO_REGENERATE=1` the test rewrites the checked-in files instead.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 const HOW_TO_REGENERATE: &str =
-    "LEASE_CLIENT_REGENERATE=1 cargo nextest run -p lease-client --all-features codegen";
+    "WORKER_PROTO_REGENERATE=1 cargo nextest run -p worker-proto codegen";
 
 /// Fields that carry file data are `bytes::Bytes`, so a decoded 1 MiB read or write shares
 /// the received buffer instead of copying it.
@@ -64,7 +64,7 @@ fn codegen_generated_code_is_up_to_date() {
     );
     let dir = generated_dir();
 
-    if std::env::var("LEASE_CLIENT_REGENERATE").as_deref() == Ok("1") {
+    if std::env::var("WORKER_PROTO_REGENERATE").as_deref() == Ok("1") {
         std::fs::create_dir_all(&dir).expect("create src/generated");
         for stale in rust_files(&dir)
             .keys()

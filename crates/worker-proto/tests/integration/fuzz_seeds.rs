@@ -8,7 +8,7 @@ fn fuzz_seeds_hold_the_request_roundtrip_invariant() {
     let mut seen = 0;
     for entry in std::fs::read_dir(&dir).expect("seed folder") {
         let path = entry.expect("seed entry").path();
-        lease_client::protocol::request_roundtrip_check(&std::fs::read(&path).expect("seed"));
+        tak_os_worker_proto::request_roundtrip_check(&std::fs::read(&path).expect("seed"));
         seen += 1;
     }
     assert!(seen >= 10, "expected the seed corpus in {}", dir.display());
