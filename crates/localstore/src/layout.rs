@@ -3,8 +3,9 @@
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Component, Path, PathBuf};
 
-use rustix::fs::{FileType, Mode, OFlags, Stat};
+use rustix::fs::{FileType, FlockOperation, Mode, OFlags, Stat};
 use rustix::io::Errno;
+use rustix::process::Pid;
 
 use crate::Error;
 
@@ -149,8 +150,40 @@ pub(crate) fn open_metadata(
     reopen_readable(&fd, &path)
 }
 
+/// The store's exclusive `flock` on `.metadata/driver.lock`, released on drop.
+///
+/// An `flock` belongs to the open file description, not to the descriptor, and every process
+/// forked while the lock is held shares that description until it execs (the descriptor is
+/// `O_CLOEXEC`) or exits. Closing our descriptor alone would leave the store locked for as long
+/// as such a child lingers between fork and exec, so a store reopened right after a drop, while
+/// another thread spawns a process (a mount helper in a driver, any test under `cargo test`),
+/// would spuriously fail with [`Error::StoreInUse`]. Drop therefore unlocks explicitly:
+/// `LOCK_UN` releases the lock on the shared description, whoever else still holds a copy.
+///
+/// Retrying the lock on open would instead slow down the refusal of a real second driver and
+/// still fail against a child that never execs. POSIX record locks (`F_SETLK`) are not inherited
+/// across fork, but they do not exclude a second opener in the same process and are dropped when
+/// the process closes any descriptor of the file; OFD locks are shared across fork like `flock`.
+#[derive(Debug)]
+pub(crate) struct StoreLock {
+    fd: OwnedFd,
+    /// The process that took the lock. A forked child that drops its copy of a store without
+    /// exec-ing must not unlock the description it shares with the driver it was forked from.
+    owner: Pid,
+}
+
+impl Drop for StoreLock {
+    fn drop(&mut self) {
+        if rustix::process::getpid() == self.owner {
+            // On failure (it cannot fail for a valid descriptor) the close that follows still
+            // releases the lock once no forked child shares the description.
+            let _ = rustix::fs::flock(&self.fd, FlockOperation::Unlock);
+        }
+    }
+}
+
 /// Takes the store's exclusive lock without blocking.
-pub(crate) fn lock(metadata: BorrowedFd<'_>, metadata_path: &Path) -> Result<OwnedFd, Error> {
+pub(crate) fn lock(metadata: BorrowedFd<'_>, metadata_path: &Path) -> Result<StoreLock, Error> {
     let path = metadata_path.join(LOCK_FILE);
     let fd = rustix::fs::openat(
         metadata,
@@ -162,8 +195,11 @@ pub(crate) fn lock(metadata: BorrowedFd<'_>, metadata_path: &Path) -> Result<Own
         Errno::LOOP => Error::unsafe_store(&path, "is a symlink"),
         e => Error::io("open lock file", &path, e.into()),
     })?;
-    match rustix::fs::flock(&fd, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
-        Ok(()) => Ok(fd),
+    match rustix::fs::flock(&fd, FlockOperation::NonBlockingLockExclusive) {
+        Ok(()) => Ok(StoreLock {
+            fd,
+            owner: rustix::process::getpid(),
+        }),
         Err(Errno::WOULDBLOCK) => Err(Error::StoreInUse { path }),
         Err(e) => Err(Error::io("lock", &path, e.into())),
     }

@@ -89,8 +89,9 @@ pub struct Capacity {
 /// A directory store of local volumes, as laid out in DESIGN.md 3.2.
 ///
 /// A writable store holds an exclusive `flock` on `.metadata/driver.lock` for as long as it
-/// lives; dropping it releases the lock. All methods take `&self` and the type is `Send + Sync`,
-/// so one store can be shared by the threads of a driver (wrap it in an `Arc`). The methods do
+/// lives; dropping it releases the lock, even while a process forked meanwhile has not yet
+/// exec'd. All methods take `&self` and the type is `Send + Sync`, so one store can be shared by
+/// the threads of a driver (wrap it in an `Arc`). The methods do
 /// blocking file I/O (including fsyncs): call them from a blocking context such as
 /// `tokio::task::spawn_blocking`.
 ///
@@ -101,7 +102,7 @@ pub struct Store {
     pub(crate) metadata_path: PathBuf,
     pub(crate) root_fd: OwnedFd,
     pub(crate) metadata_fd: OwnedFd,
-    _lock: Option<OwnedFd>,
+    _lock: Option<layout::StoreLock>,
     pub(crate) read_only: bool,
     node_name: String,
     pub(crate) node_hash: NodeHash,

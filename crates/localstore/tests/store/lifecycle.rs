@@ -390,6 +390,63 @@ fn second_opener_fails_at_once_in_another_process() {
     );
 }
 
+/// Unblocks the child of [`drop_releases_the_lock_while_a_forked_child_has_not_exec_ed`] when
+/// dropped, so a failing assertion cannot leave it (and the thread spawning it) hung forever.
+struct LetChildExec(std::io::PipeWriter);
+
+impl Drop for LetChildExec {
+    fn drop(&mut self) {
+        use std::io::Write as _;
+        let _ = self.0.write_all(&[1]);
+    }
+}
+
+/// A child forked while the store is open shares the lock's open file description until it
+/// execs; under `cargo test` any test that spawns a process can fork one at any moment. Dropping
+/// the store must release the lock anyway, so that a store reopened right after sees it free.
+/// The child is held between fork and exec (by a `pre_exec` hook) for the whole check.
+#[test]
+#[allow(
+    unsafe_code,
+    reason = "pre_exec is the only way to hold a child between fork and exec"
+)]
+fn drop_releases_the_lock_while_a_forked_child_has_not_exec_ed() {
+    use std::io::Read as _;
+    use std::os::unix::process::CommandExt as _;
+
+    require_root!();
+    let root = Root::new();
+    let store = root.open();
+    let (mut ready_r, ready_w) = std::io::pipe().unwrap();
+    let (go_r, go_w) = std::io::pipe().unwrap();
+    let go = LetChildExec(go_w);
+    let mut command = std::process::Command::new(std::env::current_exe().unwrap());
+    command
+        .args(["--list", "--exact", "lifecycle::no_such_test"])
+        .stdout(std::process::Stdio::null());
+    // SAFETY: the hook runs in the forked child before exec and only calls write(2) and read(2)
+    // on descriptors it owns: both are async-signal-safe, and nothing is allocated or locked.
+    unsafe {
+        command.pre_exec(move || {
+            rustix::io::write(&ready_w, &[1])?;
+            rustix::io::read(&go_r, &mut [0_u8])?;
+            Ok(())
+        });
+    }
+    // `spawn` returns only once the child has exec'd, so it runs on a thread of its own.
+    let spawner = std::thread::spawn(move || command.spawn().unwrap());
+    ready_r.read_exact(&mut [0_u8]).unwrap(); // The child now holds a copy of the lock's fd.
+
+    drop(store);
+    let reopened = Store::open(root.path(), StoreOptions::new(NODE));
+    drop(go);
+    let status = spawner.join().unwrap().wait().unwrap();
+    assert!(status.success(), "{status}");
+    if let Err(e) = reopened {
+        panic!("reopening after drop failed while a forked child had not exec'd: {e}");
+    }
+}
+
 #[test]
 fn busy_volume_is_refused_at_once() {
     require_root!();
