@@ -2,7 +2,7 @@
 //! for a symlink after the store opened is never followed.
 
 use std::ffi::{CStr, OsStr};
-use std::io::{self, Read, Write};
+use std::io::{self, Read};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
@@ -37,16 +37,14 @@ pub(crate) struct WritePoints {
     pub(crate) durable: CrashPoint,
 }
 
-/// The temp file name used for the durable write of `name`. Temp names are deterministic so
-/// reconciliation can recognise and remove leftovers; the per-volume guard keeps two writers of
-/// one record apart.
-pub(crate) fn temp_name(name: &str) -> String {
-    format!(".{name}.tmp")
-}
+/// The mode of every record file.
+const RECORD_MODE: u32 = 0o640;
 
-/// The one helper every record write goes through: write a temp file in the same directory,
-/// fsync it, rename it over `name`, fsync the directory. A crash at any point leaves either the
-/// old or the new record (plus, at worst, a stray temp file).
+/// The one helper every record write goes through, over the `durable` crate: write a temp file
+/// in the same directory (`.<name>.tmp`, exclusive, never through a symlink), fsync it, rename
+/// it over `name`, fsync the directory. A crash at any point leaves either the old or the new
+/// record (plus, at worst, a stray temp file that the next write removes); `points` name the
+/// steps for the crash hook.
 pub(crate) fn write_durable(
     dir: BorrowedFd<'_>,
     dir_path: &Path,
@@ -55,31 +53,18 @@ pub(crate) fn write_durable(
     points: WritePoints,
     hook: &Hook,
 ) -> Result<(), Error> {
-    let tmp = temp_name(name);
-    let tmp_path = dir_path.join(&tmp);
-    match rustix::fs::unlinkat(dir, tmp.as_str(), AtFlags::empty()) {
-        Ok(()) | Err(Errno::NOENT) => {}
-        Err(e) => return Err(Error::io("remove stale temp file", tmp_path, e.into())),
-    }
-    let fd = rustix::fs::openat(
-        dir,
-        tmp.as_str(),
-        OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-        Mode::from_raw_mode(0o640),
-    )
-    .map_err(|e| Error::io("create temp file", &tmp_path, e.into()))?;
-    let mut file = std::fs::File::from(fd);
-    file.write_all(bytes)
-        .map_err(|e| Error::io("write temp file", &tmp_path, e))?;
-    file.sync_all()
-        .map_err(|e| Error::io("fsync temp file", &tmp_path, e))?;
-    drop(file);
-    hook.reach(points.temp_written);
-    rustix::fs::renameat(dir, tmp.as_str(), dir, name)
-        .map_err(|e| Error::io("rename temp file", &tmp_path, e.into()))?;
-    hook.reach(points.renamed);
-    fsync_dir(dir, dir_path)?;
-    hook.reach(points.durable);
+    let options = durable::Options {
+        mode: RECORD_MODE,
+        replace: durable::Replace::Yes,
+    };
+    durable::write_observed(dir, name, bytes, options, &mut |step| {
+        hook.reach(match step {
+            durable::Step::TempWritten => points.temp_written,
+            durable::Step::Renamed => points.renamed,
+            durable::Step::Durable => points.durable,
+        });
+    })
+    .map_err(|e| Error::io(e.action(), dir_path.join(e.name()), e.into_io_error()))?;
     Ok(())
 }
 

@@ -6,7 +6,9 @@ use std::path::Path;
 use rustix::fs::{FileType, Mode, OFlags};
 use rustix::io::Errno;
 
-use crate::durable::{self, Replace};
+use durable::{Options, Outcome, Replace};
+
+use crate::checked::{self, RECORD_MODE, write_error};
 use crate::{Error, MountEpoch, SessionIdentity, SessionPath, SessionRecord, parse, render};
 
 /// What [`SessionFile::create_pending`] found.
@@ -115,7 +117,13 @@ impl SessionFile {
             return Ok(CreateOutcome::Existing(existing));
         }
         let bytes = render(record);
-        if durable::write_durable(self.dir.as_fd(), &self.path, &bytes, Replace::No)? {
+        let options = Options {
+            mode: RECORD_MODE,
+            replace: Replace::No,
+        };
+        let outcome = durable::write(self.dir.as_fd(), self.path.record_name(), &bytes, options)
+            .map_err(write_error(&self.path))?;
+        if outcome == Outcome::Written {
             return Ok(CreateOutcome::Created);
         }
         // Someone created it between the check and the rename.
@@ -154,12 +162,17 @@ impl SessionFile {
             return Ok(record);
         }
         let completed = record.completed();
-        durable::write_durable(
+        let options = Options {
+            mode: RECORD_MODE,
+            replace: Replace::Yes,
+        };
+        durable::write(
             self.dir.as_fd(),
-            &self.path,
+            self.path.record_name(),
             &render(&completed),
-            Replace::Yes,
-        )?;
+            options,
+        )
+        .map_err(write_error(&self.path))?;
         Ok(completed)
     }
 
@@ -168,15 +181,16 @@ impl SessionFile {
     /// record is success, so NodeUnstageVolume retries are idempotent. A record that fails a
     /// check (another identity, a symlink, a wrong mode, corrupt content) stays in place.
     pub fn remove(&self, identity: &SessionIdentity) -> Result<bool, Error> {
-        durable::remove_temp(self.dir.as_fd(), &self.path)?;
+        durable::remove_temp(self.dir.as_fd(), self.path.record_name())
+            .map_err(write_error(&self.path))?;
         if self.load(identity)?.is_none() {
             return Ok(false);
         }
-        durable::remove_record(self.dir.as_fd(), &self.path)
+        durable::remove(self.dir.as_fd(), self.path.record_name()).map_err(write_error(&self.path))
     }
 
     fn read(&self) -> Result<Option<SessionRecord>, Error> {
-        let Some(bytes) = durable::read_checked(self.dir.as_fd(), &self.path, self.euid)? else {
+        let Some(bytes) = checked::read_checked(self.dir.as_fd(), &self.path, self.euid)? else {
             return Ok(None);
         };
         let record = parse(&bytes).map_err(|e| e.at_path(&self.path.record()))?;

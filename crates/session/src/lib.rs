@@ -65,7 +65,7 @@
 //! ```
 #![deny(missing_docs)]
 
-mod durable;
+mod checked;
 mod epoch;
 mod error;
 mod file;

@@ -61,15 +61,17 @@ impl SessionPath {
         let (Some(directory), Some(name)) = (staging.parent(), staging.file_name()) else {
             return invalid("it has no parent directory");
         };
-        let temp_name = temp_name(name);
+        let mut record_name = name.to_owned();
+        record_name.push(RECORD_SUFFIX);
+        // Fixed, not random: a leftover is recognised and replaced by the next write; the
+        // caller's per-volume serialisation keeps two writers of one record apart.
+        let temp_name = durable::temp_name(&record_name);
         if temp_name.len() > MAX_NAME_BYTES {
             return invalid("its last component is too long to carry a session record");
         }
         if bytes.len() + 1 + temp_name.len() >= MAX_PATH_BYTES {
             return invalid("it is too long to carry a session record");
         }
-        let mut record_name = name.to_owned();
-        record_name.push(RECORD_SUFFIX);
         Ok(Self {
             staging: staging.to_owned(),
             directory: directory.to_owned(),
@@ -102,20 +104,6 @@ impl SessionPath {
     pub(crate) fn record_name(&self) -> &OsStr {
         &self.record_name
     }
-
-    pub(crate) fn temp_name(&self) -> &OsStr {
-        &self.temp_name
-    }
-}
-
-/// The temp name is fixed, not random, so a leftover is recognised and replaced by the next
-/// write; the caller's per-volume serialisation keeps two writers of one record apart.
-fn temp_name(staging_name: &OsStr) -> OsString {
-    let mut name = OsString::from(".");
-    name.push(staging_name);
-    name.push(RECORD_SUFFIX);
-    name.push(".tmp");
-    name
 }
 
 #[cfg(test)]

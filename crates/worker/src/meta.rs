@@ -18,6 +18,7 @@
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read as _, Write as _};
+use std::os::fd::AsFd as _;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -342,32 +343,38 @@ fn parse_journal(text: &[u8]) -> Result<(Vec<Record>, usize), String> {
     Ok((records, offset))
 }
 
-/// Writes a file atomically and durably: temp file, write, fsync, rename, fsync directory.
-pub(crate) fn write_durably(path: &Path, contents: &[u8]) -> Result<(), Error> {
-    let dir = path.parent().unwrap_or(Path::new("."));
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let temp = dir.join(format!(".{name}.tmp"));
-    let result = (|| {
-        let mut file = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&temp)?;
-        file.write_all(contents)?;
-        file.sync_all()?;
-        std::fs::rename(&temp, path)
-    })();
-    result.map_err(|e| Error::io("write", path, e))?;
-    sync_dir(dir)
+/// The directory `dir`, opened to write in it without following a symbolic link at its name.
+fn open_dir(dir: &Path) -> Result<File, Error> {
+    rustix::fs::open(
+        dir,
+        rustix::fs::OFlags::RDONLY
+            | rustix::fs::OFlags::DIRECTORY
+            | rustix::fs::OFlags::NOFOLLOW
+            | rustix::fs::OFlags::CLOEXEC,
+        rustix::fs::Mode::empty(),
+    )
+    .map(File::from)
+    .map_err(|e| Error::io("open", dir, e.into()))
+}
+
+/// Writes a metadata file atomically and durably through the `durable` crate (temp file,
+/// fsync, rename, fsync the directory; nothing followed through a symbolic link).
+fn write_durably(path: &Path, contents: &[u8]) -> Result<(), Error> {
+    let dir_path = path.parent().unwrap_or(Path::new("."));
+    let name = path.file_name().unwrap_or_default();
+    let dir = open_dir(dir_path)?;
+    let options = durable::Options {
+        mode: 0o644,
+        replace: durable::Replace::Yes,
+    };
+    durable::write(dir.as_fd(), name, contents, options)
+        .map_err(|e| Error::io(e.action(), dir_path.join(e.name()), e.into_io_error()))?;
+    Ok(())
 }
 
 fn sync_dir(dir: &Path) -> Result<(), Error> {
-    File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(|e| Error::io("sync", dir, e))
+    durable::sync_dir(open_dir(dir)?.as_fd(), ".")
+        .map_err(|e| Error::io(e.action(), dir, e.into_io_error()))
 }
 
 #[cfg(test)]
