@@ -8,20 +8,8 @@ use std::time::{Duration, Instant};
 
 const DEMO: &str = env!("CARGO_BIN_EXE_tak-os-demo");
 
-#[allow(
-    clippy::print_stderr,
-    reason = "a skipped privileged test must be seen"
-)]
 fn privileged(test: &str) -> bool {
-    if rustix::process::geteuid().is_root() {
-        return true;
-    }
-    assert!(
-        !test_support::in_ci(),
-        "privileged test {test} cannot run in CI: not running as root"
-    );
-    eprintln!("SKIPPED (needs root): {test}: not running as root");
-    false
+    test_support::requires_root(test, "the demo mounts")
 }
 
 fn run(args: &[&str]) -> std::io::Result<(Output, String)> {

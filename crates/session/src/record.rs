@@ -371,13 +371,7 @@ pub(crate) mod tests {
     fn problem(bytes: &[u8]) -> String {
         let e = parse(bytes).unwrap_err();
         assert_eq!(e.kind(), crate::ErrorKind::Corrupt, "{e}");
-        let mut text = e.to_string();
-        let mut source = std::error::Error::source(&e);
-        while let Some(s) = source {
-            text = format!("{text}: {s}");
-            source = s.source();
-        }
-        text
+        test_support::error_chain(&e)
     }
 
     fn edit(edit: impl FnOnce(&mut serde_json::Map<String, serde_json::Value>)) -> Vec<u8> {

@@ -70,32 +70,14 @@ fn record(epoch: MountEpoch) -> SessionRecord {
     .unwrap()
 }
 
-fn is_root() -> bool {
-    rustix::process::geteuid().is_root()
-}
-
 /// Whether a test that needs root can run; says `SKIPPED` when not, and fails in CI.
 fn root_or_skip(test: &str) -> bool {
-    if is_root() {
-        return true;
-    }
-    assert!(
-        std::env::var("CI").as_deref() != Ok("true"),
-        "{test} needs root, and CI=true"
-    );
-    eprintln!("SKIPPED: {test} needs root to change a file's owner");
-    false
+    test_support::requires_root(test, "it changes a file's owner")
 }
 
 /// Every error of a refused operation, with its sources, as one line.
 fn chain(e: &Error) -> String {
-    let mut text = e.to_string();
-    let mut source = std::error::Error::source(e);
-    while let Some(s) = source {
-        text = format!("{text}: {s}");
-        source = s.source();
-    }
-    text
+    test_support::error_chain(e)
 }
 
 /// Runs every operation against a planted record that must be refused with `kind`, checking

@@ -44,12 +44,29 @@ pub fn private_mount_namespace_with_fuse(test: &str) -> bool {
     private_mount_namespace(test)
 }
 
-/// For tests that need root but no mount namespace (opening files by handle, say): `true`
-/// when the process is root; otherwise `false` after printing a `SKIPPED` line, or a panic
-/// when `CI=true`.
+/// For tests that need root but no mount namespace (files of another owner, opening files by
+/// handle): `true` when the process is root; otherwise `false` after printing a `SKIPPED` line
+/// that names the test and `why` it needs root, or a panic when `CI=true`.
 #[must_use = "a privileged test must return early when this is false"]
-pub fn requires_root(test: &str) -> bool {
-    rustix::process::geteuid().is_root() || skip_or_fail(test, "not running as root")
+pub fn requires_root(test: &str, why: &str) -> bool {
+    rustix::process::geteuid().is_root()
+        || skip_or_fail(
+            test,
+            &format!("needs root ({why}), and is not running as root"),
+        )
+}
+
+/// An error and all its sources as one line, `outer: cause: cause`, for assertions and test
+/// output.
+pub fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
 }
 
 /// Whether the tests run in CI, where a skipped privileged test is a failure.

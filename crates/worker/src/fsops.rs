@@ -924,6 +924,7 @@ mod tests {
     fn a_killing_write_changes_the_mode_before_the_data_in_one_apply_step() {
         if !test_support::requires_root(
             "a_killing_write_changes_the_mode_before_the_data_in_one_apply_step",
+            "the worker opens files by handle",
         ) {
             return;
         }

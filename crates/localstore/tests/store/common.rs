@@ -47,22 +47,10 @@ impl Drop for Root {
 }
 
 /// Whether the tests run as root (store roots must be root-owned).
-pub(crate) fn is_root() -> bool {
-    rustix::process::geteuid().is_root()
-}
-
 /// Whether a test that needs root may go on. Without root it prints `SKIPPED` and returns
 /// `false` on a developer machine, and panics when `CI=true`: in CI a skipped test is a failure.
 pub(crate) fn root_or_skip(test: &str) -> bool {
-    if is_root() {
-        return true;
-    }
-    assert!(
-        !test_support::in_ci(),
-        "test {test} needs root (store roots must be root-owned) and cannot be skipped in CI"
-    );
-    eprintln!("SKIPPED (needs root: store roots must be root-owned): {test}");
-    false
+    test_support::requires_root(test, "store roots must be root-owned")
 }
 
 /// Returns early from a test that needs root, loudly; fails the test instead when `CI=true`.
