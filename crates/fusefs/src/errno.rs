@@ -63,12 +63,9 @@ pub fn errno_of(error: &Error) -> Errno {
         Error::Busy { .. } => Errno(libc::EAGAIN),
         Error::Unauthorized { .. } => Errno(libc::EACCES),
         Error::InvalidRequest { .. } => Errno(libc::EINVAL),
-        Error::Rejected { .. }
-        | Error::UnexpectedReply { .. }
-        | Error::Random(_)
-        | Error::InvalidEndpoint { .. }
-        | Error::NoEndpoints
-        | Error::InvalidCredentials { .. } => Errno(libc::EIO),
+        Error::Rejected { .. } | Error::UnexpectedReply { .. } | Error::Random(_) => {
+            Errno(libc::EIO)
+        }
     }
 }
 

@@ -402,12 +402,7 @@ pub(crate) fn error_label(error: &Error) -> &'static str {
         Error::Unauthorized { .. } => "unauthorized",
         Error::Busy { .. } => "busy",
         Error::Rejected { .. } => "rejected",
-        Error::UnexpectedReply { .. }
-        | Error::InvalidRequest { .. }
-        | Error::Random(_)
-        | Error::InvalidEndpoint { .. }
-        | Error::NoEndpoints
-        | Error::InvalidCredentials { .. } => "error",
+        Error::UnexpectedReply { .. } | Error::InvalidRequest { .. } | Error::Random(_) => "error",
     }
 }
 

@@ -5,7 +5,7 @@ use std::str::FromStr;
 
 use http::uri::Authority;
 
-use crate::Error;
+use crate::ConfigError;
 
 /// The worker endpoints of one volume, as `host:port`, in the order they were staged.
 ///
@@ -19,7 +19,7 @@ pub struct EndpointSet {
 impl EndpointSet {
     /// Validates `host:port` endpoints (a host name, an IPv4 address or a bracketed IPv6
     /// address, and a port). Duplicates are dropped; the set must not be empty.
-    pub fn new<I, S>(endpoints: I) -> Result<Self, Error>
+    pub fn new<I, S>(endpoints: I) -> Result<Self, ConfigError>
     where
         I: IntoIterator<Item = S>,
         S: AsRef<str>,
@@ -34,7 +34,7 @@ impl EndpointSet {
                         && !authority.host().is_empty()
                         && !authority.as_str().contains('@')
                 })
-                .ok_or_else(|| Error::InvalidEndpoint {
+                .ok_or_else(|| ConfigError::InvalidEndpoint {
                     endpoint: endpoint.to_owned(),
                 })?;
             if !parsed.contains(&authority) {
@@ -42,7 +42,7 @@ impl EndpointSet {
             }
         }
         if parsed.is_empty() {
-            return Err(Error::NoEndpoints);
+            return Err(ConfigError::NoEndpoints);
         }
         Ok(EndpointSet { endpoints: parsed })
     }
@@ -114,7 +114,7 @@ mod tests {
         }
         assert!(matches!(
             EndpointSet::new(Vec::<String>::new()),
-            Err(Error::NoEndpoints)
+            Err(ConfigError::NoEndpoints)
         ));
     }
 }

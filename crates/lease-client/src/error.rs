@@ -5,7 +5,7 @@ use crate::protocol::{ProtocolError, RandomUnavailable, RequestId};
 
 pub use crate::protocol::Refusal;
 
-/// Everything that can go wrong in this crate.
+/// Everything that can go wrong with a call (building a client is [`ConfigError`]'s).
 ///
 /// The variants of a call fall in two groups: **definite** ones (the operation was not
 /// applied and never will be under that request ID: [`Refused`](Error::Refused),
@@ -21,24 +21,6 @@ pub enum Error {
     /// The operating system's random source failed.
     #[error(transparent)]
     Random(#[from] RandomUnavailable),
-    /// An endpoint is not `host:port`.
-    #[error("invalid worker endpoint {endpoint:?}: expected host:port")]
-    InvalidEndpoint {
-        /// The endpoint as given.
-        endpoint: String,
-    },
-    /// The endpoint list is empty.
-    #[error("no worker endpoints")]
-    NoEndpoints,
-    /// TLS material could not be used; `what` names which (never its contents).
-    #[error("invalid credentials: {what}")]
-    InvalidCredentials {
-        /// Which part is wrong: "CA bundle", "client certificate", "client key", "token".
-        what: &'static str,
-        /// The parser's or TLS library's explanation, when there is one.
-        #[source]
-        source: Option<Box<dyn std::error::Error + Send + Sync>>,
-    },
     /// A request could not be built: it is over a limit or lacks a field.
     #[error("invalid {op} request for volume {volume_id}")]
     InvalidRequest {
@@ -133,12 +115,7 @@ impl Error {
             | Error::Busy { .. }
             | Error::Rejected { .. }
             | Error::InvalidRequest { .. } => true,
-            Error::Uncertain { .. }
-            | Error::UnexpectedReply { .. }
-            | Error::Random(_)
-            | Error::InvalidEndpoint { .. }
-            | Error::NoEndpoints
-            | Error::InvalidCredentials { .. } => false,
+            Error::Uncertain { .. } | Error::UnexpectedReply { .. } | Error::Random(_) => false,
         }
     }
 
@@ -149,4 +126,29 @@ impl Error {
             _ => None,
         }
     }
+}
+
+/// Why a client cannot be built: its endpoints or its credentials are unusable. Returned by
+/// [`EndpointSet::new`](crate::EndpointSet::new) and
+/// [`Credentials::from_pem`](crate::Credentials::from_pem), never by a call.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// An endpoint is not `host:port`.
+    #[error("invalid worker endpoint {endpoint:?}: expected host:port")]
+    InvalidEndpoint {
+        /// The endpoint as given.
+        endpoint: String,
+    },
+    /// The endpoint list is empty.
+    #[error("no worker endpoints")]
+    NoEndpoints,
+    /// TLS material could not be used; `what` names which (never its contents).
+    #[error("invalid credentials: {what}")]
+    InvalidCredentials {
+        /// Which part is wrong: "CA bundle", "client certificate", "client key", "token".
+        what: &'static str,
+        /// The parser's or TLS library's explanation, when there is one.
+        #[source]
+        source: Option<Box<dyn std::error::Error + Send + Sync>>,
+    },
 }

@@ -44,7 +44,7 @@
 //!     LeaseStatus, MountLease, ReleaseOutcome,
 //! };
 //!
-//! # async fn run(token: &str, ca: &[u8], cert: &[u8], key: &[u8]) -> Result<(), lease_client::Error> {
+//! # async fn run(token: &str, ca: &[u8], cert: &[u8], key: &[u8]) -> Result<(), Box<dyn std::error::Error>> {
 //! let budgets = Budgets::default();
 //! let credentials = Credentials::from_pem(token, ca, cert, key)?;
 //! let client = Client::new(
@@ -104,7 +104,7 @@ mod transport;
 pub use client::{Client, ClientConfig, PreparedCall};
 pub use config::{Budgets, LeaseConfig};
 pub use endpoint::EndpointSet;
-pub use error::{Error, Refusal};
+pub use error::{ConfigError, Error, Refusal};
 pub use lease::{
     LeaseGrant, LeaseStatus, LossReason, MountLease, ReleaseOutcome, RenewalSchedule, RenewalStep,
     RenewalTask,

@@ -17,7 +17,7 @@ use hyper_util::rt::{TokioExecutor, TokioTimer};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
-use crate::Error;
+use crate::ConfigError;
 use crate::config::Budgets;
 use crate::policy::Failure;
 use crate::protocol::{CALL_PATH, CONTENT_TYPE as PROTOBUF, MAX_MESSAGE_BYTES};
@@ -77,9 +77,9 @@ impl Credentials {
         ca_bundle: &[u8],
         client_chain: &[u8],
         client_key: &[u8],
-    ) -> Result<Self, Error> {
+    ) -> Result<Self, ConfigError> {
         let invalid = |what: &'static str| {
-            move |err: rustls::pki_types::pem::Error| Error::InvalidCredentials {
+            move |err: rustls::pki_types::pem::Error| ConfigError::InvalidCredentials {
                 what,
                 source: Some(Box::new(err)),
             }
@@ -89,14 +89,14 @@ impl Credentials {
         for cert in CertificateDer::pem_slice_iter(ca_bundle) {
             roots
                 .add(cert.map_err(invalid("CA bundle"))?)
-                .map_err(|err| Error::InvalidCredentials {
+                .map_err(|err| ConfigError::InvalidCredentials {
                     what: "CA bundle",
                     source: Some(Box::new(err)),
                 })?;
             ca_certificates += 1;
         }
         if ca_certificates == 0 {
-            return Err(Error::InvalidCredentials {
+            return Err(ConfigError::InvalidCredentials {
                 what: "CA bundle",
                 source: None,
             });
@@ -105,7 +105,7 @@ impl Credentials {
             .collect::<Result<Vec<_>, _>>()
             .map_err(invalid("client certificate"))?;
         if chain.is_empty() {
-            return Err(Error::InvalidCredentials {
+            return Err(ConfigError::InvalidCredentials {
                 what: "client certificate",
                 source: None,
             });
@@ -115,13 +115,13 @@ impl Credentials {
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let tls = rustls::ClientConfig::builder_with_provider(provider)
             .with_protocol_versions(&[&rustls::version::TLS13])
-            .map_err(|err| Error::InvalidCredentials {
+            .map_err(|err| ConfigError::InvalidCredentials {
                 what: "TLS configuration",
                 source: Some(Box::new(err)),
             })?
             .with_root_certificates(roots)
             .with_client_auth_cert(chain, key)
-            .map_err(|err| Error::InvalidCredentials {
+            .map_err(|err| ConfigError::InvalidCredentials {
                 what: "client key",
                 source: Some(Box::new(err)),
             })?;
@@ -134,7 +134,7 @@ impl Credentials {
     }
 
     /// The same TLS material with another bearer token.
-    pub fn with_token(&self, token: &str) -> Result<Self, Error> {
+    pub fn with_token(&self, token: &str) -> Result<Self, ConfigError> {
         Ok(Credentials {
             authorization: bearer(token)?,
             ..self.clone()
@@ -147,8 +147,8 @@ impl Credentials {
     }
 }
 
-fn bearer(token: &str) -> Result<HeaderValue, Error> {
-    let invalid = || Error::InvalidCredentials {
+fn bearer(token: &str) -> Result<HeaderValue, ConfigError> {
+    let invalid = || ConfigError::InvalidCredentials {
         what: "token",
         source: None,
     };

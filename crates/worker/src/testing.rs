@@ -87,7 +87,7 @@ impl Pki {
     }
 
     /// A client's credentials with `token`.
-    pub fn credentials(&self, token: &str) -> Result<Credentials, lease_client::Error> {
+    pub fn credentials(&self, token: &str) -> Result<Credentials, lease_client::ConfigError> {
         Credentials::from_pem(
             token,
             self.ca_pem.as_bytes(),
@@ -129,7 +129,7 @@ pub fn client(
     endpoint: &str,
     token: &str,
     budgets: Budgets,
-) -> Result<Client<HttpsTransport>, lease_client::Error> {
+) -> Result<Client<HttpsTransport>, lease_client::ConfigError> {
     let config = ClientConfig {
         volume_id: spec.volume_id.clone(),
         volume_generation: VolumeGeneration(spec.volume_generation),
