@@ -14,6 +14,7 @@ pub mod audit;
 pub mod capability;
 pub mod config;
 pub mod driver;
+pub mod error;
 pub mod grpc;
 pub mod observe;
 pub mod place;
@@ -27,6 +28,7 @@ use mounter::Mounter;
 
 pub use config::{Cli, Config};
 pub use driver::Driver;
+pub use error::Error;
 pub use grpc::LocalCsi;
 
 /// Opens the store and builds the driver: everything that can fail at startup.
@@ -42,14 +44,7 @@ pub fn open(config: &Config, mounter: Arc<dyn Mounter>) -> anyhow::Result<Arc<Dr
     }
     if let Some(root) = &config.consumer_root {
         // Never created here: creating it could follow a symlink in one of its parents.
-        rustix::fs::openat2(
-            rustix::fs::CWD,
-            root.path(),
-            rustix::fs::OFlags::PATH | rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::CLOEXEC,
-            rustix::fs::Mode::empty(),
-            rustix::fs::ResolveFlags::NO_SYMLINKS,
-        )
-        .with_context(|| {
+        root.check_exists().with_context(|| {
             format!(
                 "the consumer mount root {:?} must be a directory without symlinks",
                 root.path()

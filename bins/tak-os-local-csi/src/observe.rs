@@ -11,28 +11,49 @@ use hyper::{Request, Response, StatusCode};
 use localstore::VolumeState;
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 
+use tracing_subscriber::util::SubscriberInitExt as _;
+
 use crate::config::LogFormat;
 use crate::driver::Driver;
 
 /// How often the store gauges are refreshed.
 const GAUGE_INTERVAL: Duration = Duration::from_secs(30);
 
-/// Installs the global tracing subscriber (stderr; `RUST_LOG` filters, default `info`).
+/// Installs the global tracing subscriber (stderr; `RUST_LOG` filters, default `info`). Text
+/// logs are coloured only when stderr is a terminal.
 pub fn init_logging(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    // A second installation (tests start several drivers in one process) is harmless.
+    let _ = subscriber(format, filter, ansi, std::io::stderr).try_init();
+}
+
+/// The subscriber [`init_logging`] installs, writing to `writer`; `ansi` colours text logs
+/// (JSON is never coloured).
+pub fn subscriber<W>(
+    format: LogFormat,
+    filter: tracing_subscriber::EnvFilter,
+    ansi: bool,
+    writer: W,
+) -> Box<dyn tracing::Subscriber + Send + Sync>
+where
+    W: for<'w> tracing_subscriber::fmt::MakeWriter<'w> + Send + Sync + 'static,
+{
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    // A second installation (tests start several drivers in one process) is harmless.
-    let _ = match format {
-        LogFormat::Json => builder
-            .json()
-            .flatten_event(true)
-            .with_current_span(false)
-            .try_init(),
-        LogFormat::Text => builder.try_init(),
-    };
+        .with_writer(writer);
+    match format {
+        LogFormat::Json => Box::new(
+            builder
+                .json()
+                .flatten_event(true)
+                .with_current_span(false)
+                .with_ansi(false)
+                .finish(),
+        ),
+        LogFormat::Text => Box::new(builder.with_ansi(ansi).finish()),
+    }
 }
 
 /// Installs the Prometheus recorder once per process and returns its handle.
@@ -126,9 +147,9 @@ async fn respond(
             let driver = Arc::clone(driver);
             match tokio::task::spawn_blocking(move || driver.probe()).await {
                 Ok(Ok(_)) => (StatusCode::OK, "ok\n".to_owned()),
-                Ok(Err(status)) => (
+                Ok(Err(error)) => (
                     StatusCode::SERVICE_UNAVAILABLE,
-                    format!("{}\n", status.message()),
+                    format!("{}\n", crate::status::chain(&error)),
                 ),
                 Err(e) => (StatusCode::SERVICE_UNAVAILABLE, format!("{e}\n")),
             }
@@ -146,4 +167,63 @@ async fn respond(
 /// Binds the metrics listener.
 pub async fn bind_http(address: SocketAddr) -> anyhow::Result<tokio::net::TcpListener> {
     Ok(tokio::net::TcpListener::bind(address).await?)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex, PoisonError};
+
+    use super::*;
+
+    #[derive(Clone, Default)]
+    struct Captured(Arc<Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Captured {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .extend_from_slice(buf);
+            Ok(buf.len())
+        }
+
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    fn logged(format: LogFormat, ansi: bool) -> String {
+        let captured = Captured::default();
+        let writer = captured.clone();
+        let subscriber = subscriber(
+            format,
+            tracing_subscriber::EnvFilter::new("info"),
+            ansi,
+            move || writer.clone(),
+        );
+        tracing::subscriber::with_default(subscriber, || {
+            tracing::warn!(operation = "Probe", outcome = "unavailable", "a line");
+        });
+        let bytes = captured.0.lock().unwrap_or_else(PoisonError::into_inner);
+        String::from_utf8_lossy(&bytes).into_owned()
+    }
+
+    #[test]
+    fn text_logs_are_coloured_only_when_asked_to() {
+        let plain = logged(LogFormat::Text, false);
+        assert!(plain.contains("operation=\"Probe\""), "{plain}");
+        assert!(!plain.contains('\u{1b}'), "{plain:?}");
+        let coloured = logged(LogFormat::Text, true);
+        assert!(coloured.contains('\u{1b}'), "{coloured:?}");
+    }
+
+    #[test]
+    fn json_logs_are_one_plain_object_per_line() {
+        let json = logged(LogFormat::Json, true);
+        assert!(!json.contains('\u{1b}'), "{json:?}");
+        let line: serde_json::Value = serde_json::from_str(json.trim()).unwrap();
+        assert_eq!(line["operation"], "Probe");
+        assert_eq!(line["outcome"], "unavailable");
+        assert_eq!(line["level"], "WARN");
+    }
 }

@@ -3,7 +3,8 @@
 use std::path::Path;
 
 use mounter::TargetRoot;
-use tonic::Status;
+
+use crate::error::Error;
 
 /// Longest generation name in a consumer target.
 const MAX_GENERATION_BYTES: usize = 128;
@@ -18,33 +19,32 @@ pub enum Place<'a> {
 }
 
 impl<'a> Place<'a> {
-    /// Classifies `target`; anything outside both roots, or a malformed consumer target, is
-    /// `INVALID_ARGUMENT`.
+    /// Classifies `target`; anything outside both roots, or a malformed consumer target, is an
+    /// error (`INVALID_ARGUMENT`).
     pub fn of(
         target: &Path,
         kubelet: &'a TargetRoot,
         consumer: Option<&'a TargetRoot>,
-    ) -> Result<Self, Status> {
+    ) -> Result<Self, Error> {
         if let Some(root) = consumer
             && root.contains(target)
         {
             return match consumer_target_problem(root.path(), target) {
                 None => Ok(Place::Consumer(root)),
-                Some(problem) => Err(Status::invalid_argument(format!(
-                    "consumer target {target:?} is not <root>/<generation>/<replica>/mount: {problem}"
-                ))),
+                Some(problem) => Err(Error::MalformedConsumerTarget {
+                    target: target.to_owned(),
+                    problem,
+                }),
             };
         }
         if kubelet.contains(target) {
             return Ok(Place::Kubelet(kubelet));
         }
-        let consumer_hint = consumer
-            .map(|c| format!(" or the consumer mount root {:?}", c.path()))
-            .unwrap_or_default();
-        Err(Status::invalid_argument(format!(
-            "target {target:?} is not below the kubelet root {:?}{consumer_hint}",
-            kubelet.path()
-        )))
+        Err(Error::OutsideRoots {
+            target: target.to_owned(),
+            kubelet_root: kubelet.path().to_owned(),
+            consumer_root: consumer.map(|c| c.path().to_owned()),
+        })
     }
 
     /// The root the target is resolved below.
@@ -142,12 +142,11 @@ mod tests {
             Ok(Place::Consumer(_))
         ));
         let err = place("/tmp/x").unwrap_err();
-        assert_eq!(err.code(), tonic::Code::InvalidArgument);
-        assert!(
-            err.message().contains("/var/lib/kubelet"),
-            "{}",
-            err.message()
-        );
-        assert!(place("/var/lib/tak-os/consumers/g/r0").is_err());
+        assert!(matches!(err, Error::OutsideRoots { .. }), "{err}");
+        assert!(err.to_string().contains("/var/lib/kubelet"), "{err}");
+        assert!(matches!(
+            place("/var/lib/tak-os/consumers/g/r0"),
+            Err(Error::MalformedConsumerTarget { .. })
+        ));
     }
 }

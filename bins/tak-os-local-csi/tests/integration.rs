@@ -641,6 +641,17 @@ impl mounter::Mounter for StopBeforeBind {
     ) -> Result<mounter::Unmounted, mounter::Error> {
         mounter::LinuxMounter::new().unmount(target, expected)
     }
+
+    fn remove_target(&self, target: &mounter::Target) -> Result<bool, mounter::Error> {
+        mounter::LinuxMounter::new().remove_target(target)
+    }
+
+    fn publications(
+        &self,
+        volume: &mounter::MountIdentity,
+    ) -> Result<Vec<PathBuf>, mounter::Error> {
+        mounter::LinuxMounter::new().publications(volume)
+    }
 }
 
 const CHILD_ENV: &str = "TAK_OS_TEST_CHILD_DRIVER";
@@ -917,7 +928,10 @@ impl FakeHarness {
             readonly,
             ..Default::default()
         };
-        self.driver.node_publish_volume(req).map(drop)
+        self.driver
+            .node_publish_volume(req)
+            .map(drop)
+            .map_err(tonic::Status::from)
     }
 
     fn unpublish(&self, volume_id: &str, target: &Path) -> Result<(), tonic::Status> {
@@ -925,7 +939,10 @@ impl FakeHarness {
             volume_id: volume_id.to_owned(),
             target_path: target.display().to_string(),
         };
-        self.driver.node_unpublish_volume(req).map(drop)
+        self.driver
+            .node_unpublish_volume(req)
+            .map(drop)
+            .map_err(tonic::Status::from)
     }
 }
 
@@ -1011,7 +1028,7 @@ fn probe_fails_when_the_store_moves_to_another_mount() {
         attrs: Default::default(),
     };
     h.fake.set_source_mount(&h.dir.path().join("store"), moved);
-    let status = h.driver.probe().unwrap_err();
+    let status = tonic::Status::from(h.driver.probe().unwrap_err());
     assert_eq!(status.code(), Code::FailedPrecondition);
     assert!(
         status.message().contains("no longer on the mount"),

@@ -17,6 +17,8 @@ pub enum FakeOp {
     Unmount,
     /// [`Mounter::mounted_at`].
     MountedAt,
+    /// [`Mounter::publications`].
+    Publications,
 }
 
 /// A mount table in memory.
@@ -25,8 +27,9 @@ pub enum FakeOp {
 /// A bind of a source has the identity `0:0`, root = the source path, type `fake`, source
 /// `fake`, unless [`FakeMounter::set_source_identity`] says otherwise; a bind inherits the
 /// flags set with [`FakeMounter::set_source_attrs`], as the kernel's binds do. Mounts at one target
-/// stack like the kernel's, and [`FakeMounter::fail_next`] makes the next call of an
-/// operation fail.
+/// stack like the kernel's, [`Mounter::publications`] lists every mount of the table (covered
+/// ones included) as `/proc/self/mountinfo` would, and [`FakeMounter::fail_next`] makes the next
+/// call of an operation fail.
 #[derive(Debug, Default)]
 pub struct FakeMounter {
     state: Mutex<FakeState>,
@@ -228,6 +231,27 @@ impl Mounter for FakeMounter {
         }
         Ok(Unmounted::Unmounted)
     }
+
+    fn remove_target(&self, target: &Target) -> Result<bool, Error> {
+        if self.state().mounts.contains_key(target.path()) {
+            return Err(Error::StillMounted {
+                path: target.path().to_owned(),
+            });
+        }
+        target.remove_dir()
+    }
+
+    fn publications(&self, volume: &MountIdentity) -> Result<Vec<PathBuf>, Error> {
+        self.take_failure(FakeOp::Publications, Path::new("/proc/self/mountinfo"))?;
+        Ok(self
+            .state()
+            .mounts
+            .iter()
+            .flat_map(|(point, stack)| stack.iter().map(move |mounted| (point, mounted)))
+            .filter(|(_, mounted)| volume.contains(&mounted.identity))
+            .map(|(point, _)| point.clone())
+            .collect())
+    }
 }
 
 #[cfg(test)]
@@ -277,5 +301,60 @@ mod tests {
             Unmounted::NotMounted
         );
         assert!(fake.mounts().is_empty());
+    }
+
+    #[test]
+    fn the_fake_keeps_a_mounted_target_directory_as_the_kernel_does() {
+        let dir = tempfile::tempdir().unwrap();
+        let source = dir.path().join("volume");
+        std::fs::create_dir(&source).unwrap();
+        let root = TargetRoot::new(dir.path()).unwrap();
+        let target = root.resolve(&dir.path().join("mount")).unwrap();
+        target.create_dir(0o750).unwrap();
+        let fake = FakeMounter::new();
+        fake.bind(&source, &target, BindOptions::default()).unwrap();
+        assert!(matches!(
+            fake.remove_target(&target),
+            Err(Error::StillMounted { .. })
+        ));
+        assert!(target.path().is_dir());
+        fake.unmount(&target, &fake.source_identity(&source).unwrap())
+            .unwrap();
+        assert!(fake.remove_target(&target).unwrap());
+        assert!(!fake.remove_target(&target).unwrap(), "already gone");
+    }
+
+    #[test]
+    fn the_fake_lists_publications_of_a_volume_and_directories_below_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let volume = dir.path().join("store/v1");
+        let other = dir.path().join("store/v10");
+        std::fs::create_dir_all(volume.join("sub")).unwrap();
+        std::fs::create_dir_all(&other).unwrap();
+        let root = TargetRoot::new(dir.path()).unwrap();
+        let fake = FakeMounter::new();
+        let mut targets = Vec::new();
+        for (name, source) in [("a", &volume), ("b", &volume.join("sub")), ("c", &other)] {
+            let target = root.resolve(&dir.path().join(name)).unwrap();
+            target.create_dir(0o750).unwrap();
+            fake.bind(source, &target, BindOptions::default()).unwrap();
+            targets.push(target);
+        }
+        // Stacked twice at `a`: listed once per mount, as the kernel's table does.
+        fake.bind(&volume, &targets[0], BindOptions::default())
+            .unwrap();
+        let identity = fake.source_identity(&volume).unwrap();
+        let a = dir.path().join("a");
+        let b = dir.path().join("b");
+        assert_eq!(
+            fake.publications(&identity).unwrap(),
+            vec![a.clone(), a.clone(), b.clone()]
+        );
+
+        fake.fail_next(FakeOp::Publications, libc::EIO);
+        assert!(fake.publications(&identity).is_err());
+        fake.unmount(&targets[0], &identity).unwrap();
+        fake.unmount(&targets[0], &identity).unwrap();
+        assert_eq!(fake.publications(&identity).unwrap(), vec![b]);
     }
 }

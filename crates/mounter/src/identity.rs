@@ -25,6 +25,17 @@ pub struct MountIdentity {
     pub source: OsString,
 }
 
+impl MountIdentity {
+    /// Whether a mount with identity `mount` shows this directory or one below it: the same
+    /// filesystem (device, type and source) with a root at or below this root, compared by whole
+    /// components.
+    pub fn contains(&self, mount: &MountIdentity) -> bool {
+        (self.major, self.minor, &self.fs_type, &self.source)
+            == (mount.major, mount.minor, &mount.fs_type, &mount.source)
+            && mount.root.starts_with(&self.root)
+    }
+}
+
 impl fmt::Display for MountIdentity {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
@@ -163,6 +174,38 @@ impl BindOptions {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn identity(root: &str) -> MountIdentity {
+        MountIdentity {
+            major: 8,
+            minor: 1,
+            root: PathBuf::from(root),
+            fs_type: OsString::from("ext4"),
+            source: OsString::from("/dev/sda1"),
+        }
+    }
+
+    #[test]
+    fn a_volume_contains_itself_and_directories_below_it_only() {
+        let volume = identity("/store/v1");
+        assert!(volume.contains(&identity("/store/v1")));
+        assert!(volume.contains(&identity("/store/v1/sub/path")));
+        assert!(
+            !volume.contains(&identity("/store/v10")),
+            "whole components"
+        );
+        assert!(!volume.contains(&identity("/store")));
+        let other_device = MountIdentity {
+            minor: 2,
+            ..identity("/store/v1")
+        };
+        assert!(!volume.contains(&other_device));
+        let other_source = MountIdentity {
+            source: OsString::from("/dev/sdb1"),
+            ..identity("/store/v1")
+        };
+        assert!(!volume.contains(&other_source));
+    }
 
     #[test]
     fn attr_bits_round_trip() {

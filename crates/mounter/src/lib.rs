@@ -6,7 +6,8 @@
 //!   only a clean absolute path below a configured root (kubelet's directory, say), opens the
 //!   target's parent with `openat2(2)` refusing any symlink and any mount on the way, and every
 //!   later operation acts relative to that open parent. Only the last component is ever
-//!   created ([`Target::create_dir`]) or removed ([`Target::remove_dir`], never recursively).
+//!   created ([`Target::create_dir`]) or removed ([`Mounter::remove_target`], never
+//!   recursively, never while mounted).
 //! - **Nothing is unmounted without an identity check.** [`Mounter::unmount`] compares the
 //!   mount at the target (device, root within the filesystem, filesystem type and source)
 //!   with the identity the caller expects, and refuses a foreign mount.
@@ -16,12 +17,19 @@
 //!   for that one mount's identity, on Linux 6.8 and later; older kernels fall back to reading
 //!   `/proc/self/mountinfo` through the [`mountinfo`] crate.
 //!
+//! [`Mounter::publications`] answers the rare question that needs the whole table: where is
+//! this volume (or a directory inside it) mounted?
+//!
 //! A read-only bind is made with the new mount API (`open_tree`, `mount_setattr`,
 //! `move_mount`) so that it is never visible writable, even for an instant; kernels without it
 //! get a bind followed by a read-only remount, undone if the remount fails.
 //!
 //! The crate does not mount filesystems other than binds, does not create parents, does not
 //! retry, and keeps no state: what is mounted is always read back from the kernel.
+//!
+//! With the feature `testing`, [`FakeMounter`] keeps a mount table in memory. The contract test
+//! (`tests/contract`) runs the same scenarios against it and against [`LinuxMounter`] (as root,
+//! in a private mount namespace), so tests over the fake say something about the kernel.
 //!
 //! # Example
 //!
@@ -43,14 +51,14 @@
 //! // (now empty) directory.
 //! let expected = mounter.source_identity(source)?;
 //! mounter.unmount(&target, &expected)?;
-//! target.remove_dir()?;
+//! mounter.remove_target(&target)?;
 //! # Ok(())
 //! # }
 //! ```
 
 #![deny(missing_docs)]
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 mod error;
 #[cfg(any(test, feature = "testing"))]
@@ -98,4 +106,17 @@ pub trait Mounter: Send + Sync + std::fmt::Debug {
     /// A target with nothing mounted is [`Unmounted::NotMounted`]; a mount with another
     /// identity is [`Error::ForeignMount`] and stays.
     fn unmount(&self, target: &Target, expected: &MountIdentity) -> Result<Unmounted, Error>;
+
+    /// Removes the target directory if it is empty and nothing is mounted on it, never
+    /// recursively: [`Target::remove_dir`], through the mounter so that a fake's mounts hold
+    /// the directory as the kernel's do ([`Error::StillMounted`]).
+    fn remove_target(&self, target: &Target) -> Result<bool, Error>;
+
+    /// Every mount point that shows the directory `volume` identifies, or a directory below it
+    /// (a kubelet subPath is a bind of a directory inside a volume), covered mounts included.
+    ///
+    /// This reads the whole mount table: only rare paths (deleting a volume, a consumer claim,
+    /// a single-writer publication) may call it. The order is the kernel's (or the fake's); a
+    /// mount point appears once per matching mount stacked there.
+    fn publications(&self, volume: &MountIdentity) -> Result<Vec<PathBuf>, Error>;
 }

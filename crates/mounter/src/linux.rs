@@ -321,6 +321,20 @@ impl Mounter for LinuxMounter {
             Err(e) => Err(io_error("unmount", target.path(), e)),
         }
     }
+
+    fn remove_target(&self, target: &Target) -> Result<bool, Error> {
+        target.remove_dir()
+    }
+
+    fn publications(&self, volume: &MountIdentity) -> Result<Vec<PathBuf>, Error> {
+        let bytes = read_mount_table()?;
+        let table = mountinfo::MountTable::parse(&bytes).map_err(Error::MountTable)?;
+        Ok(table
+            .iter()
+            .filter(|mount| volume.contains(&identity_from_table(mount)))
+            .map(|mount| mount.mount_point().to_owned())
+            .collect())
+    }
 }
 
 fn io_error(op: &'static str, path: &Path, errno: Errno) -> Error {

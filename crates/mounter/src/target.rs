@@ -48,6 +48,34 @@ impl TargetRoot {
         path != self.path && path.starts_with(&self.path)
     }
 
+    /// Checks, creating nothing, that the root is an existing directory whose path holds no
+    /// symlink in any component: what [`TargetRoot::resolve`] requires of it.
+    pub fn check_exists(&self) -> Result<(), Error> {
+        self.open().map(drop).map_err(|errno| {
+            let path = self.path.clone();
+            match errno {
+                Errno::LOOP => Error::SymlinkInPath { path },
+                Errno::NOTDIR => Error::NotADirectory { path },
+                other => Error::Io {
+                    op: "open",
+                    path,
+                    source: other.into(),
+                },
+            }
+        })
+    }
+
+    /// Opens the root itself (`O_PATH`) without following a symlink anywhere in its path.
+    fn open(&self) -> rustix::io::Result<OwnedFd> {
+        rustix::fs::openat2(
+            rustix::fs::CWD,
+            &self.path,
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+            ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
+        )
+    }
+
     /// Validates `target` and opens its parent directory.
     ///
     /// The target must be a clean absolute path strictly below the root, with no `.` or `..`,
@@ -69,14 +97,9 @@ impl TargetRoot {
             });
         };
         let open = OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC;
-        let root = rustix::fs::openat2(
-            rustix::fs::CWD,
-            &self.path,
-            open,
-            Mode::empty(),
-            ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
-        )
-        .map_err(|e| resolve_error(e, &self.path, target))?;
+        let root = self
+            .open()
+            .map_err(|e| resolve_error(e, &self.path, target))?;
         let parent_fd = match parent.strip_prefix(&self.path) {
             Ok(rel) if rel.as_os_str().is_empty() => root,
             Ok(rel) => rustix::fs::openat2(
@@ -370,6 +393,38 @@ mod tests {
             Err(Error::SymlinkInPath { .. })
         ));
         assert!(dir.path().join("link").is_symlink());
+    }
+
+    #[test]
+    fn check_exists_accepts_only_an_existing_directory_reached_without_symlinks() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("real")).unwrap();
+        std::fs::create_dir(dir.path().join("real/root")).unwrap();
+        std::fs::write(dir.path().join("file"), b"").unwrap();
+        std::os::unix::fs::symlink(dir.path().join("real"), dir.path().join("link")).unwrap();
+        let check = |rel: &str| {
+            TargetRoot::new(dir.path().join(rel))
+                .unwrap()
+                .check_exists()
+        };
+
+        check("real/root").unwrap();
+        assert!(matches!(
+            check("link/root"),
+            Err(Error::SymlinkInPath { .. })
+        ));
+        assert!(matches!(check("link"), Err(Error::SymlinkInPath { .. })));
+        assert!(matches!(check("file"), Err(Error::NotADirectory { .. })));
+        match check("missing") {
+            Err(Error::Io { op, source, .. }) => {
+                assert_eq!((op, source.raw_os_error()), ("open", Some(libc::ENOENT)));
+            }
+            other => panic!("expected ENOENT, got {other:?}"),
+        }
+        assert!(
+            !dir.path().join("missing").exists(),
+            "a missing root is never created"
+        );
     }
 
     #[test]

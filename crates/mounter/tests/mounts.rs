@@ -1,4 +1,7 @@
-//! Real mounts, as root, inside a private mount namespace per test.
+//! Real mounts, as root, inside a private mount namespace per test, and the contract that the
+//! fake and the Linux mounter both keep.
+
+mod contract;
 
 use std::fs;
 use std::io::ErrorKind;
