@@ -60,7 +60,7 @@ pub use layout::{LOCK_FILE, METADATA_DIR};
 pub use reconcile::{LeftInPlace, Reconciliation, Unreadable};
 pub use record::{
     Capability, CapacityRange, ConsumerClaim, CreateRequest, FORMAT_VERSION, MAX_PARAMETER_BYTES,
-    VolumeRecord, VolumeState,
+    VolumeRecord, VolumeState, record_roundtrip_check,
 };
 pub use store::{Capacity, DEFAULT_DATA_DIR_MODE, Store, StoreOptions, VolumeGuard};
 

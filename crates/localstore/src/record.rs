@@ -227,7 +227,16 @@ struct VersionProbe {
 
 /// Parses a record of type `T`, checking the format version first so that a record from a newer
 /// format is reported as such rather than as a JSON mismatch.
-pub(crate) fn parse<T: serde::de::DeserializeOwned>(path: &Path, bytes: &[u8]) -> Result<T, Error> {
+///
+/// Accepts only what [`render`] could write back: bytes or a rendering over
+/// [`MAX_RECORD_BYTES`] are corrupt (a compact record renders larger than it parses).
+pub(crate) fn parse<T: serde::de::DeserializeOwned + Serialize>(
+    path: &Path,
+    bytes: &[u8],
+) -> Result<T, Error> {
+    if bytes.len() as u64 > MAX_RECORD_BYTES {
+        return Err(Error::corrupt(path, "is too large"));
+    }
     let probe: VersionProbe = serde_json::from_slice(bytes).map_err(|e| Error::CorruptRecord {
         path: path.to_owned(),
         problem: "not a JSON object".to_owned(),
@@ -245,16 +254,34 @@ pub(crate) fn parse<T: serde::de::DeserializeOwned>(path: &Path, bytes: &[u8]) -
         Some(0) => return Err(Error::corrupt(path, "format_version 0")),
         Some(_) => {}
     }
-    serde_json::from_slice(bytes).map_err(|e| Error::CorruptRecord {
+    let record = serde_json::from_slice(bytes).map_err(|e| Error::CorruptRecord {
         path: path.to_owned(),
         problem: "fields do not match the record format".to_owned(),
         source: Some(e),
-    })
+    })?;
+    if render_unbounded(path, &record)?.len() as u64 > MAX_RECORD_BYTES {
+        return Err(Error::corrupt(path, "renders over the record size limit"));
+    }
+    Ok(record)
 }
 
-/// Renders a record. Serializing these plain structs cannot fail; the error is still mapped
-/// rather than unwrapped.
+/// Renders a record, refusing one over [`MAX_RECORD_BYTES`]: the store must never write a
+/// record it would refuse to read back.
 pub(crate) fn render<T: Serialize>(path: &Path, value: &T) -> Result<Vec<u8>, Error> {
+    let bytes = render_unbounded(path, value)?;
+    if bytes.len() as u64 > MAX_RECORD_BYTES {
+        return Err(Error::InvalidArgument {
+            field: "record",
+            value: format!("{} bytes", bytes.len()),
+            reason: "is over the 1 MiB record size limit",
+        });
+    }
+    Ok(bytes)
+}
+
+/// Serializing these plain structs cannot fail; the error is still mapped rather than
+/// unwrapped.
+fn render_unbounded<T: Serialize>(path: &Path, value: &T) -> Result<Vec<u8>, Error> {
     let mut bytes = serde_json::to_vec_pretty(value).map_err(|e| Error::CorruptRecord {
         path: path.to_owned(),
         problem: "cannot render record".to_owned(),
@@ -262,6 +289,54 @@ pub(crate) fn render<T: Serialize>(path: &Path, value: &T) -> Result<Vec<u8>, Er
     })?;
     bytes.push(b'\n');
     Ok(bytes)
+}
+
+/// The invariant the `localstore_record_parse` fuzz target asserts, exported so this crate's
+/// tests exercise it too. Any input, read as a [`VolumeRecord`] and as a [`ConsumerClaim`],
+/// either parses, renders within the 1 MiB record size limit, parses back to the same record
+/// and renders to the same bytes again, or is refused as [`Corrupt`](crate::ErrorKind::Corrupt)
+/// (which includes a newer format version), never with a panic.
+///
+/// # Panics
+///
+/// When the invariant does not hold.
+pub fn record_roundtrip_check(input: &[u8]) {
+    roundtrip_check::<VolumeRecord>(input);
+    roundtrip_check::<ConsumerClaim>(input);
+}
+
+fn roundtrip_check<T>(input: &[u8])
+where
+    T: serde::de::DeserializeOwned + Serialize + PartialEq + fmt::Debug,
+{
+    let path = Path::new("record.json");
+    let record: T = match parse(path, input) {
+        Ok(record) => record,
+        Err(e) => {
+            assert_eq!(
+                e.kind(),
+                crate::ErrorKind::Corrupt,
+                "parse refused input with a non-corrupt error: {e}"
+            );
+            return;
+        }
+    };
+    let rendered = match render(path, &record) {
+        Ok(rendered) => rendered,
+        Err(e) => panic!("a record that parses does not render: {e}"),
+    };
+    let again: T = match parse(path, &rendered) {
+        Ok(again) => again,
+        Err(e) => panic!(
+            "rendered record does not parse: {e}: {}",
+            rendered.escape_ascii()
+        ),
+    };
+    assert_eq!(again, record, "rendered record parses to different values");
+    assert!(
+        render(path, &again).is_ok_and(|bytes| bytes == rendered),
+        "rendering is not stable"
+    );
 }
 
 #[cfg(test)]
@@ -322,6 +397,67 @@ mod tests {
         ] {
             let err = parse::<VolumeRecord>(Path::new("r"), bytes).unwrap_err();
             assert_eq!(err.kind(), crate::ErrorKind::Corrupt, "{err}");
+        }
+    }
+
+    #[test]
+    fn the_roundtrip_invariant_holds_for_records_claims_and_garbage() {
+        let claim = ConsumerClaim {
+            format_version: FORMAT_VERSION,
+            volume_id: record().volume_id,
+            target: PathBuf::from("/consumer/1/r/mount"),
+        };
+        let p = Path::new("r.json");
+        let mut inputs = vec![
+            render(p, &record()).unwrap(),
+            render(p, &claim).unwrap(),
+            serde_json::to_vec(&record()).unwrap(),
+            include_bytes!("../tests/data/record-v1.json").to_vec(),
+            b"{\"format_version\":2}".to_vec(),
+            b"\xff\xfe".to_vec(),
+            b"[1,".repeat(200),
+            Vec::new(),
+        ];
+        for state in [VolumeState::Creating, VolumeState::Deleting] {
+            inputs.push(render(p, &VolumeRecord { state, ..record() }).unwrap());
+        }
+        for input in &inputs {
+            record_roundtrip_check(input);
+        }
+    }
+
+    #[test]
+    fn a_record_is_refused_beyond_the_size_limit_on_both_sides() {
+        let p = Path::new("r.json");
+        // Compact, it fits; pretty-printed, as the store writes it, it would not.
+        let mut big = record();
+        big.parameters = (0..60_000)
+            .map(|i| (format!("k{i:05}"), String::new()))
+            .collect();
+        let compact = serde_json::to_vec(&big).unwrap();
+        assert!(compact.len() as u64 <= MAX_RECORD_BYTES);
+        let err = parse::<VolumeRecord>(p, &compact).unwrap_err();
+        assert_eq!(err.kind(), crate::ErrorKind::Corrupt, "{err}");
+        let err = render(p, &big).unwrap_err();
+        assert_eq!(err.kind(), crate::ErrorKind::InvalidArgument, "{err}");
+        record_roundtrip_check(&compact);
+
+        let mut padded = render(p, &record()).unwrap();
+        padded.resize(usize::try_from(MAX_RECORD_BYTES).unwrap() + 1, b' ');
+        let err = parse::<VolumeRecord>(p, &padded).unwrap_err();
+        assert!(err.to_string().contains("too large"), "{err}");
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn the_roundtrip_invariant_holds_near_valid_records(
+            at in proptest::prelude::any::<proptest::sample::Index>(),
+            byte in proptest::prelude::any::<u8>(),
+        ) {
+            let mut bytes = render(Path::new("r.json"), &record()).unwrap();
+            let i = at.index(bytes.len());
+            bytes[i] = byte;
+            record_roundtrip_check(&bytes);
         }
     }
 

@@ -11,8 +11,8 @@
 //!   ([`MAX_DATA_BYTES`], [`MAX_MESSAGE_BYTES`]).
 //! - [`encode_request`], [`decode_request`] (what a worker checks before acting),
 //!   [`decode_reply`] and [`classify_reply`] (what a reply means for the call that received
-//!   it). The decoders never panic, whatever the bytes; [`request_roundtrip_check`] is the
-//!   invariant the fuzz target asserts.
+//!   it). The decoders never panic, whatever the bytes; [`request_roundtrip_check`] and
+//!   [`reply_roundtrip_check`] are the invariants the fuzz targets assert.
 //!
 //! What this crate does not do: send anything (the `tak-os-lease-client` crate is the client,
 //! with budgets, retries and endpoint rotation; the reference worker serves the protocol),
@@ -455,6 +455,109 @@ pub fn request_roundtrip_check(body: &[u8]) {
     );
 }
 
+/// The fuzzing invariant over [`decode_reply`] and [`classify_reply`], the client's side of
+/// untrusted network input: a reply that decodes re-encodes to bytes that decode to the same
+/// reply, and encoding that again gives the same bytes. Classifying it, with the request ID it
+/// echoes, for every operation never panics, and fails exactly when the reply carries no
+/// result, an error of unspecified or unknown kind, or the result of another operation; any
+/// other request ID is refused. Bytes that do not decode must be refused with an error, never a
+/// panic.
+///
+/// # Panics
+///
+/// When the invariant does not hold; that is the bug the fuzzer looks for.
+pub fn reply_roundtrip_check(body: &[u8]) {
+    let Ok(first) = decode_reply(body) else {
+        return;
+    };
+    let encoded = encode_reply(&first);
+    let second = match decode_reply(encoded.clone()) {
+        Ok(second) => second,
+        Err(err) => panic!("re-encoded reply does not decode: {err}"),
+    };
+    assert_eq!(first, second, "decode, encode, decode changed the reply");
+    assert_eq!(encoded, encode_reply(&second), "encoding is not stable");
+
+    let echoed = RequestId::from_slice(&first.request_id);
+    // Any ID but the echoed one: a reply whose ID is not 16 bytes answers no request.
+    let mut other = echoed.unwrap_or(RequestId([0; 16]));
+    if echoed.is_some() {
+        other.0[0] ^= 1;
+    }
+    let own_name = first.result.as_ref().map(ReplyResult::name);
+    for op in OPERATION_NAMES.into_iter().chain(own_name) {
+        assert_eq!(
+            classify_reply(first.clone(), &other, op),
+            Err(ReplyMismatch::RequestId),
+            "a reply echoing {:02x?} matched request ID {other}",
+            first.request_id
+        );
+        let Some(id) = echoed else {
+            continue;
+        };
+        let classified = classify_reply(first.clone(), &id, op);
+        match &first.result {
+            None => assert_eq!(classified, Err(ReplyMismatch::Empty), "no result"),
+            Some(ReplyResult::Error(error)) => match v1::ErrorKind::try_from(error.kind) {
+                Ok(v1::ErrorKind::Unspecified) | Err(_) => assert_eq!(
+                    classified,
+                    Err(ReplyMismatch::Empty),
+                    "error kind {}",
+                    error.kind
+                ),
+                Ok(kind) => assert!(
+                    matches!(&classified, Ok(c) if !matches!(c, Classified::Success(_))),
+                    "error kind {kind:?} for {op} classified as {classified:?}"
+                ),
+            },
+            Some(result) if result.name() == op => assert_eq!(
+                classified,
+                Ok(Classified::Success(result.clone())),
+                "a {op} reply to {op}"
+            ),
+            Some(result) => assert_eq!(
+                classified,
+                Err(ReplyMismatch::Operation {
+                    expected: op,
+                    found: result.name(),
+                }),
+                "a {} reply to {op}",
+                result.name()
+            ),
+        }
+    }
+}
+
+/// Every operation's name, as [`Op::name`] and [`ReplyResult::name`] spell it.
+const OPERATION_NAMES: [&str; 26] = [
+    "lookup",
+    "getattr",
+    "setattr",
+    "mknod",
+    "create",
+    "mkdir",
+    "unlink",
+    "rmdir",
+    "rename",
+    "link",
+    "symlink",
+    "readlink",
+    "readdir",
+    "open",
+    "read",
+    "write",
+    "flush",
+    "fsync",
+    "release",
+    "renew_handles",
+    "statfs",
+    "write_kill_suidgid",
+    "open_kill_suidgid",
+    "claim_mount",
+    "renew_mount",
+    "release_mount",
+];
+
 fn check_len(len: usize) -> Result<(), ProtocolError> {
     if len > MAX_MESSAGE_BYTES {
         return Err(ProtocolError::MessageTooLarge {
@@ -777,6 +880,67 @@ mod tests {
             let result = decode_reply(&reply_body[..]).unwrap().result.unwrap();
             assert_eq!(op.name(), result.name(), "field {tag}");
         }
+    }
+
+    #[test]
+    fn the_reply_invariant_holds_for_every_kind_of_reply() {
+        let id = vec![5; 16];
+        let reply = |result| {
+            encode_reply(&v1::Reply {
+                request_id: id.clone(),
+                result,
+            })
+        };
+        let error = |kind: i32| {
+            Some(ReplyResult::Error(v1::Error {
+                kind,
+                errno: 2,
+                leader_hint: "b:1".into(),
+                lease_remaining_ms: 1500,
+                ..Default::default()
+            }))
+        };
+        let mut bodies = vec![
+            reply(None),
+            reply(error(0)),
+            reply(error(99)),
+            reply(error(-1)),
+            reply(Some(ReplyResult::Read(v1::ReadReply {
+                data: Bytes::from_static(b"data"),
+            }))),
+            encode_reply(&v1::Reply {
+                request_id: vec![5; 15],
+                result: Some(ReplyResult::Flush(v1::Empty {})),
+            }),
+            Bytes::from_static(b"\xff\xff\xff"),
+            Bytes::new(),
+        ];
+        for kind in 1..=10 {
+            bodies.push(reply(error(kind)));
+        }
+        for body in &bodies {
+            reply_roundtrip_check(body);
+        }
+
+        // The check classifies against every operation: the reply oneof's operation fields
+        // (`error`, 2, is not one).
+        let mut names: Vec<&str> = (10..=32)
+            .chain(40..=42)
+            .map(|tag| {
+                let mut body = Vec::new();
+                prost::encoding::encode_key(
+                    tag,
+                    prost::encoding::WireType::LengthDelimited,
+                    &mut body,
+                );
+                body.push(0);
+                decode_reply(&body[..]).unwrap().result.unwrap().name()
+            })
+            .collect();
+        let mut listed = OPERATION_NAMES.to_vec();
+        names.sort_unstable();
+        listed.sort_unstable();
+        assert_eq!(names, listed);
     }
 
     /// A request as a worker that predates `write_kill_suidgid` decodes it: the envelope and

@@ -15,6 +15,7 @@ mod bad_input;
 mod common;
 #[cfg(feature = "testing")]
 mod crash;
+mod fuzz_seeds;
 mod lifecycle;
 mod model;
 mod privileged;
