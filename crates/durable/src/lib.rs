@@ -145,10 +145,10 @@ pub fn write(
     write_observed(dir, name, bytes, options, &mut |_| {})
 }
 
-/// [`write`], calling `observe` at each [`Step`] it reaches, in order (for crash tests).
+/// [`write()`], calling `observe` at each [`Step`] it reaches, in order (for crash tests).
 ///
 /// # Errors
-/// As for [`write`].
+/// As for [`write()`].
 pub fn write_observed(
     dir: BorrowedFd<'_>,
     name: impl AsRef<OsStr>,

@@ -37,9 +37,9 @@
 //! Claim an RWO volume's lease, keep it renewed, and make a file call under its epoch:
 //!
 //! ```no_run
-//! use lease_client::protocol::{AccessMode, FileId, MountEpoch, ROOT_INO, VolumeGeneration};
-//! use lease_client::v1::{self, request::Op};
-//! use lease_client::{
+//! use tak_os_lease_client::protocol::{AccessMode, FileId, MountEpoch, ROOT_INO, VolumeGeneration};
+//! use tak_os_lease_client::v1::{self, request::Op};
+//! use tak_os_lease_client::{
 //!     Budgets, Client, ClientConfig, Credentials, EndpointSet, HttpsTransport, LeaseConfig,
 //!     LeaseStatus, MountLease, ReleaseOutcome,
 //! };

@@ -2,7 +2,7 @@
 //! tables of 100, 1,000 and 10,000 mounts; then the cost of reading a real 10,000-mount table
 //! (made in a private mount namespace, so it needs root) as the floor.
 //!
-//! `cargo bench -p mountinfo --bench parse` prints medians and ratios. Without `--bench` (as
+//! `cargo bench -p tak-os-mountinfo --bench parse` prints medians and ratios. Without `--bench` (as
 //! under `cargo test --benches`) it runs once on a small table as a smoke test.
 
 #![allow(clippy::print_stdout, reason = "a benchmark reports on stdout")]
@@ -16,9 +16,9 @@ use std::hint::black_box;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use mountinfo::MountTable;
 use procfs::FromRead;
 use procfs::process::MountInfos;
+use tak_os_mountinfo::MountTable;
 
 /// A table shaped like a busy Kubernetes node: CSI volume mounts under kubelet's pod directory,
 /// every tenth with a space (an escape) in its path.
@@ -153,7 +153,7 @@ fn real_table(samples: usize) {
         None,
     )
     .unwrap();
-    let before = MountTable::parse(&mountinfo::read_self().unwrap())
+    let before = MountTable::parse(&tak_os_mountinfo::read_self().unwrap())
         .unwrap()
         .len();
     let made = Instant::now();
@@ -169,7 +169,7 @@ fn real_table(samples: usize) {
         )
         .unwrap();
     }
-    let text = mountinfo::read_self().unwrap();
+    let text = tak_os_mountinfo::read_self().unwrap();
     let wanted = base.path().join("volume-05000");
     let table = MountTable::parse(&text).unwrap();
     assert!(table.is_mount_point(&wanted));
@@ -184,7 +184,7 @@ fn real_table(samples: usize) {
         samples,
         &mut [
             &mut || {
-                black_box(mountinfo::read_self().unwrap());
+                black_box(tak_os_mountinfo::read_self().unwrap());
             },
             &mut || {
                 black_box(ours(black_box(&text), &wanted));

@@ -1,8 +1,8 @@
 //! Prints this thread's mount table as `mountinfo` parses it.
 //!
 //! ```sh
-//! cargo run -p mountinfo --example mounts            # all mounts
-//! cargo run -p mountinfo --example mounts -- /var    # the mount containing /var, and below it
+//! cargo run -p tak-os-mountinfo --example mounts            # all mounts
+//! cargo run -p tak-os-mountinfo --example mounts -- /var    # the mount containing /var, and below it
 //! ```
 #![allow(
     clippy::print_stdout,
@@ -12,8 +12,8 @@
 use std::path::Path;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let bytes = mountinfo::read_self()?;
-    let table = mountinfo::MountTable::parse(&bytes)?;
+    let bytes = tak_os_mountinfo::read_self()?;
+    let table = tak_os_mountinfo::MountTable::parse(&bytes)?;
     let below = std::env::args_os().nth(1);
     println!(
         "{:>5} {:>5} {:>7}  {:<40} {:<12} {:<20} {:<16} PROPAGATION",

@@ -14,7 +14,7 @@
 //! filesystem bind mounted — from the table alone.
 //!
 //! ```
-//! use mountinfo::MountTable;
+//! use tak_os_mountinfo::MountTable;
 //!
 //! let text = b"22 1 0:21 / /proc rw,nosuid shared:12 - proc proc rw
 //! 25 1 8:1 / / rw,relatime shared:1 - ext4 /dev/sda1 rw
@@ -38,18 +38,18 @@
 //!
 //! // Options are raw bytes with exact lookups.
 //! assert!(table.by_mount_id(22).unwrap().mount_options().has_flag("nosuid"));
-//! # Ok::<(), mountinfo::Error>(())
+//! # Ok::<(), tak_os_mountinfo::Error>(())
 //! ```
 //!
 //! Reading the live table and waiting for it to change:
 //!
 //! ```no_run
 //! use std::time::Duration;
-//! use mountinfo::{MountTable, MountWatcher};
+//! use tak_os_mountinfo::{MountTable, MountWatcher};
 //!
 //! let watcher = MountWatcher::open_self()?;
 //! loop {
-//!     let bytes = mountinfo::read_self()?;
+//!     let bytes = tak_os_mountinfo::read_self()?;
 //!     let table = MountTable::parse(&bytes)?;
 //!     println!("{} mounts", table.len());
 //!     watcher.wait(Some(Duration::from_secs(60)))?;

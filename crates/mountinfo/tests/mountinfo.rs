@@ -7,8 +7,8 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::time::Duration;
 
-use mountinfo::{MountTable, MountWatcher, OptionalField, roundtrip_check};
 use proptest::prelude::*;
+use tak_os_mountinfo::{MountTable, MountWatcher, OptionalField, roundtrip_check};
 
 // ---------------------------------------------------------------------------------------------
 // Generated tables in the kernel's form.
@@ -389,7 +389,7 @@ proptest! {
 
 #[test]
 fn the_real_table_of_this_process_parses_and_renders_unchanged() {
-    let text = mountinfo::read_self().unwrap();
+    let text = tak_os_mountinfo::read_self().unwrap();
     let table = MountTable::parse(&text).unwrap();
     assert!(!table.is_empty());
     assert!(
@@ -406,14 +406,14 @@ fn the_real_table_of_this_process_parses_and_renders_unchanged() {
         );
     }
 
-    let by_pid = mountinfo::read_pid(std::process::id()).unwrap();
+    let by_pid = tak_os_mountinfo::read_pid(std::process::id()).unwrap();
     MountTable::parse(&by_pid).unwrap();
 }
 
 #[test]
 fn read_pid_of_a_missing_process_is_not_found() {
     // Above the kernel's pid_max limit (4194304), so it never exists.
-    let err = mountinfo::read_pid(u32::MAX).unwrap_err();
+    let err = tak_os_mountinfo::read_pid(u32::MAX).unwrap_err();
     assert_eq!(err.kind(), std::io::ErrorKind::NotFound);
 }
 
@@ -446,7 +446,7 @@ fn real_mounts_with_escaped_names_are_found_by_their_decoded_names() {
     std::fs::create_dir(&bind).unwrap();
     rustix::mount::mount_bind(odd.join("sub"), &bind).unwrap();
 
-    let text = mountinfo::read_self().unwrap();
+    let text = tak_os_mountinfo::read_self().unwrap();
     let table = MountTable::parse(&text).unwrap();
     assert!(table.render() == text);
     let m = table
@@ -495,7 +495,7 @@ fn watcher_wakes_on_a_mount_and_not_before() {
     });
     // The change has been reported once; nothing else changed since.
     assert!(!watcher.wait(Some(Duration::from_millis(20))).unwrap());
-    let text = mountinfo::read_self().unwrap();
+    let text = tak_os_mountinfo::read_self().unwrap();
     assert!(MountTable::parse(&text).unwrap().is_mount_point(dir.path()));
     test_support::detach_mounts_below(dir.path());
 }

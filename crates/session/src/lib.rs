@@ -25,9 +25,9 @@
 //! target asserts.
 //!
 //! ```
-//! use session::{CreateOutcome, MountEpoch, SessionFile, SessionIdentity, SessionRecord};
+//! use tak_os_session::{CreateOutcome, MountEpoch, SessionFile, SessionIdentity, SessionRecord};
 //!
-//! # fn main() -> Result<(), session::Error> {
+//! # fn main() -> Result<(), tak_os_session::Error> {
 //! # let dir = tempfile::tempdir().unwrap();
 //! # let staging = dir.path().join("globalmount");
 //! let identity = SessionIdentity::new("vol-1", 7, "node-a");

@@ -15,7 +15,7 @@ use std::fs;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-use session::{
+use tak_os_session::{
     CreateOutcome, Error, ErrorKind, MountEpoch, SessionFile, SessionIdentity, SessionRecord,
 };
 
@@ -143,7 +143,7 @@ fn lifecycle_creates_marks_and_removes_durably() {
     assert!(!fx.temp.exists(), "no temp file is left behind");
     assert_eq!(
         fs::read(&fx.record).unwrap(),
-        session::render(&record(EPOCH))
+        tak_os_session::render(&record(EPOCH))
     );
     let loaded = file.load(&identity()).unwrap().unwrap();
     assert_eq!(loaded, record(EPOCH));
@@ -282,7 +282,7 @@ fn symlink_at_the_record_path_is_never_followed() {
     let fx = fixture();
     // The target is a valid record owned by us: following it would succeed.
     let target = fx.root.join("elsewhere");
-    fs::write(&target, session::render(&record(EPOCH))).unwrap();
+    fs::write(&target, tak_os_session::render(&record(EPOCH))).unwrap();
     fs::set_permissions(&target, fs::Permissions::from_mode(0o600)).unwrap();
     std::os::unix::fs::symlink(&target, &fx.record).unwrap();
 
@@ -293,7 +293,10 @@ fn symlink_at_the_record_path_is_never_followed() {
     );
     assert!(fs::symlink_metadata(&fx.record).unwrap().is_symlink());
     assert_eq!(fs::read_link(&fx.record).unwrap(), target);
-    assert_eq!(fs::read(&target).unwrap(), session::render(&record(EPOCH)));
+    assert_eq!(
+        fs::read(&target).unwrap(),
+        tak_os_session::render(&record(EPOCH))
+    );
     assert_eq!(fs::metadata(&target).unwrap().mode() & 0o7777, 0o600);
 }
 
@@ -314,7 +317,7 @@ fn record_of_another_owner_is_refused() {
         return;
     }
     let fx = fixture();
-    fx.plant(&session::render(&record(EPOCH)), 0o600);
+    fx.plant(&tak_os_session::render(&record(EPOCH)), 0o600);
     std::os::unix::fs::chown(&fx.record, Some(1), None).unwrap();
     assert_refused_by_all(
         &fx,
@@ -333,7 +336,7 @@ fn record_with_a_wider_mode_is_refused() {
         (0o4600, "mode 4600"),
     ] {
         let fx = fixture();
-        fx.plant(&session::render(&record(EPOCH)), mode);
+        fx.plant(&tak_os_session::render(&record(EPOCH)), mode);
         assert_refused_by_all(&fx, ErrorKind::Unsafe, shown);
         assert!(
             chain(&fx.file().load(&identity()).unwrap_err()).contains("must be 0600 or narrower")
@@ -344,14 +347,14 @@ fn record_with_a_wider_mode_is_refused() {
 #[test]
 fn record_with_a_narrower_mode_is_accepted() {
     let fx = fixture();
-    fx.plant(&session::render(&record(EPOCH)), 0o400);
+    fx.plant(&tak_os_session::render(&record(EPOCH)), 0o400);
     assert_eq!(fx.file().load(&identity()).unwrap(), Some(record(EPOCH)));
 }
 
 #[test]
 fn record_with_another_hard_link_is_refused() {
     let fx = fixture();
-    fx.plant(&session::render(&record(EPOCH)), 0o600);
+    fx.plant(&tak_os_session::render(&record(EPOCH)), 0o600);
     fs::hard_link(&fx.record, fx.root.join("second-name")).unwrap();
     assert_refused_by_all(&fx, ErrorKind::Unsafe, "has 2 hard links; expected 1");
 }
@@ -379,7 +382,7 @@ fn record_that_is_not_a_regular_file_is_refused() {
 #[test]
 fn record_with_an_unknown_format_version_is_refused() {
     let fx = fixture();
-    let text = String::from_utf8(session::render(&record(EPOCH)))
+    let text = String::from_utf8(tak_os_session::render(&record(EPOCH)))
         .unwrap()
         .replace(
             "\"format_version\": 1,",
@@ -408,7 +411,7 @@ fn garbage_is_refused_as_malformed() {
 #[test]
 fn unknown_field_is_refused_so_no_secret_can_hide_in_a_record() {
     let fx = fixture();
-    let text = String::from_utf8(session::render(&record(EPOCH)))
+    let text = String::from_utf8(tak_os_session::render(&record(EPOCH)))
         .unwrap()
         .replace(
             "\"stage_completed\": false",
@@ -424,8 +427,8 @@ fn unknown_field_is_refused_so_no_secret_can_hide_in_a_record() {
 #[test]
 fn oversized_record_is_refused_before_reading() {
     let fx = fixture();
-    let mut bytes = session::render(&record(EPOCH));
-    bytes.resize(session::MAX_RECORD_BYTES as usize + 1, b' ');
+    let mut bytes = tak_os_session::render(&record(EPOCH));
+    bytes.resize(tak_os_session::MAX_RECORD_BYTES as usize + 1, b' ');
     fx.plant(&bytes, 0o600);
     assert_refused_by_all(
         &fx,
@@ -482,7 +485,7 @@ fn stale_temp_file_is_ignored_then_cleaned() {
     let fx = fixture();
     let file = fx.file();
     // A crash after the temp file was written, before the rename: the claim was never sent.
-    fs::write(&fx.temp, session::render(&record(EPOCH))).unwrap();
+    fs::write(&fx.temp, tak_os_session::render(&record(EPOCH))).unwrap();
     assert_eq!(file.load(&identity()).unwrap(), None);
     assert!(!file.remove(&identity()).unwrap());
     assert!(!fx.temp.exists());
@@ -539,14 +542,17 @@ fn format_version_1_golden_record_reads_back() {
             "https://[fd00::12]:7443",
         ]
     );
-    assert_eq!(record.access_mode(), session::AccessMode::ReadWriteOnce);
+    assert_eq!(
+        record.access_mode(),
+        tak_os_session::AccessMode::ReadWriteOnce
+    );
     assert_eq!(
         record.epoch().to_string(),
         "0f1e2d3c4b5a69788796a5b4c3d2e1f0"
     );
     assert!(record.stage_completed());
     // Version 1 is the current format, and the golden file is in its canonical form.
-    assert_eq!(session::render(&record), golden);
+    assert_eq!(tak_os_session::render(&record), golden);
 }
 
 #[test]
@@ -554,7 +560,7 @@ fn fuzz_seeds_hold_the_roundtrip_invariant() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/seeds/session_record_parse");
     let mut seen = 0;
     for entry in fs::read_dir(&dir).unwrap() {
-        session::roundtrip_check(&fs::read(entry.unwrap().path()).unwrap());
+        tak_os_session::roundtrip_check(&fs::read(entry.unwrap().path()).unwrap());
         seen += 1;
     }
     assert!(seen >= 5, "expected the seed corpus in {}", dir.display());

@@ -3,11 +3,13 @@
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
-use lease_client::policy::Failure;
-use lease_client::protocol::{self, AccessMode, FileId, ROOT_INO, RequestId, VolumeGeneration};
-use lease_client::testing::{FakeTransport, FakeVolume, Fault};
-use lease_client::v1::request::Op;
-use lease_client::{Budgets, Client, ClientConfig, EndpointSet, Error, Refusal, v1};
+use tak_os_lease_client::policy::Failure;
+use tak_os_lease_client::protocol::{
+    self, AccessMode, FileId, ROOT_INO, RequestId, VolumeGeneration,
+};
+use tak_os_lease_client::testing::{FakeTransport, FakeVolume, Fault};
+use tak_os_lease_client::v1::request::Op;
+use tak_os_lease_client::{Budgets, Client, ClientConfig, EndpointSet, Error, Refusal, v1};
 
 pub(crate) const ENDPOINTS: [&str; 3] = ["w0.example:443", "w1.example:443", "w2.example:443"];
 

@@ -2,10 +2,10 @@
 
 use std::time::{Duration, Instant};
 
-use lease_client::protocol::{AccessMode, MountEpoch};
-use lease_client::testing::Fault;
-use lease_client::v1::request::Op;
-use lease_client::{
+use tak_os_lease_client::protocol::{AccessMode, MountEpoch};
+use tak_os_lease_client::testing::Fault;
+use tak_os_lease_client::v1::request::Op;
+use tak_os_lease_client::{
     Budgets, LeaseConfig, LeaseStatus, LossReason, MountLease, Refusal, ReleaseOutcome, v1,
 };
 
@@ -16,7 +16,7 @@ use crate::client_fake::{ENDPOINTS, fake_client};
 const SCALE: f64 = 0.02;
 
 fn setup() -> (
-    MountLease<lease_client::testing::FakeTransport>,
+    MountLease<tak_os_lease_client::testing::FakeTransport>,
     LeaseConfig,
 ) {
     let client = fake_client(Budgets::default().scaled(SCALE), AccessMode::Rwo);

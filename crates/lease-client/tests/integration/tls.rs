@@ -5,10 +5,10 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use lease_client::policy::Failure;
-use lease_client::protocol::{AccessMode, FileId, ROOT_INO, VolumeGeneration};
-use lease_client::v1::request::Op;
-use lease_client::{
+use tak_os_lease_client::policy::Failure;
+use tak_os_lease_client::protocol::{AccessMode, FileId, ROOT_INO, VolumeGeneration};
+use tak_os_lease_client::v1::request::Op;
+use tak_os_lease_client::{
     Budgets, Client, ClientConfig, Credentials, EndpointSet, Error, HttpsTransport, v1,
 };
 

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 const HOW_TO_REGENERATE: &str =
-    "WORKER_PROTO_REGENERATE=1 cargo nextest run -p worker-proto codegen";
+    "WORKER_PROTO_REGENERATE=1 cargo nextest run -p tak-os-worker-proto codegen";
 
 /// Fields that carry file data are `bytes::Bytes`, so a decoded 1 MiB read or write shares
 /// the received buffer instead of copying it.
