@@ -46,11 +46,11 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use fusefs::{FileService, Fs, FsConfig, Mounted};
-use lease_client::Budgets;
 use lease_client::protocol::{ROOT_INO, ROOT_INODE_GENERATION};
 use lease_client::v1;
 use lease_client::v1::reply::Result as ReplyResult;
 use lease_client::v1::request::Op;
+use lease_client::{Budgets, Client, HttpsTransport};
 use worker::testing::{Pki, leader, volume};
 use worker::{AccessMode, Server, Timings};
 
@@ -403,8 +403,7 @@ fn run_workloads(
 struct Replicated {
     _state: tempfile::TempDir,
     server: Option<Server>,
-    mounted: Option<Mounted>,
-    renewal: tokio::task::JoinHandle<()>,
+    mounted: Option<Mounted<Timed<Client<HttpsTransport>>>>,
     backing: PathBuf,
     stats: Arc<CallStats>,
 }
@@ -436,10 +435,6 @@ impl Replicated {
             ..FsConfig::default()
         };
         let fs = Arc::new(Fs::new(client, config));
-        let renewal = tokio::spawn({
-            let fs = Arc::clone(&fs);
-            async move { fs.run_handle_renewal().await }
-        });
         let mount_point = state.path().join("mnt");
         fs::create_dir(&mount_point).unwrap();
         let mounted = fusefs::mount(fs, VOLUME, &mount_point).await.unwrap();
@@ -452,7 +447,6 @@ impl Replicated {
             _state: state,
             server: Some(server),
             mounted: Some(mounted),
-            renewal,
             backing,
             stats,
         }
@@ -463,8 +457,7 @@ impl Replicated {
     }
 
     async fn stop(mut self) {
-        self.renewal.abort();
-        if let Some(mounted) = self.mounted.take() {
+        if let Some(mut mounted) = self.mounted.take() {
             mounted.unmount(Duration::from_secs(15)).await.unwrap();
         }
         if let Some(server) = self.server.take() {
@@ -614,7 +607,7 @@ impl FileService for InstantWorker {
 
 /// A mount of [`InstantWorker`] beside the others.
 struct InstantMount {
-    mounted: Mounted,
+    mounted: Mounted<InstantWorker>,
     fs: Arc<Fs<InstantWorker>>,
 }
 
@@ -1161,7 +1154,7 @@ fn main() {
         replicated.backing.clone(),
         sshfs.mount_point().to_owned(),
     ];
-    let instant = runtime.block_on(InstantMount::start(work.path(), settings.call_kib << 10));
+    let mut instant = runtime.block_on(InstantMount::start(work.path(), settings.call_kib << 10));
     let mut instant_rounds = Vec::new();
     let mut block = Block::new();
     let mut loads = vec![loadavg()];

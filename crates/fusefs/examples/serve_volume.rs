@@ -74,16 +74,11 @@ fn serve(
     let client =
         worker::testing::client(&pki, &spec, &server.endpoint(), TOKEN, Budgets::default())?;
     let fs = Arc::new(Fs::new(client, FsConfig::default()));
-    let renewal = rt.spawn({
-        let fs = Arc::clone(&fs);
-        async move { fs.run_handle_renewal().await }
-    });
-    let mounted = rt.block_on(fusefs::mount(fs, &spec.volume_id, &mount_point))?;
+    let mut mounted = rt.block_on(fusefs::mount(fs, &spec.volume_id, &mount_point))?;
 
     // Spawned from this thread, the command runs in the private mount namespace.
     let status = Command::new(program).args(args).status();
 
-    renewal.abort();
     let unmounted = rt.block_on(mounted.unmount(Duration::from_secs(15)));
     rt.block_on(server.stop());
     let status = status?;

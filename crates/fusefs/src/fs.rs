@@ -22,7 +22,7 @@ use lease_client::v1::{self, set_time};
 
 use crate::attr::{file_attr, kind_of_entry, timestamp};
 use crate::errno::{Errno, errno_of};
-use crate::nodes::Nodes;
+use crate::nodes::{NodeState, Nodes};
 use crate::service::FileService;
 
 /// `FOPEN_DIRECT_IO`: the kernel sends every read and write to us, caching nothing.
@@ -126,6 +126,29 @@ struct OpenFile {
     flags: u32,
 }
 
+/// One open handle the kernel holds, as data.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HandleState {
+    /// The FUSE file handle, which is the worker's handle.
+    pub handle: u64,
+    /// The file it is open on.
+    pub file: FileId,
+    /// The `open(2)` flags it was opened with.
+    pub flags: u32,
+}
+
+/// What the kernel holds of a mounted volume, as data rather than private fields: every node
+/// (with its inode generation and lookup count) and every open handle (with its file and open
+/// flags). A process taking over a live FUSE connection needs exactly this to answer requests
+/// that name them.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MountState {
+    /// The nodes, root included, in node ID order.
+    pub nodes: Vec<NodeState>,
+    /// The open handles, in handle order.
+    pub handles: Vec<HandleState>,
+}
+
 /// The parts of a read as one buffer, copied only when there is more than one.
 fn concat(mut parts: Vec<Bytes>) -> Bytes {
     if parts.len() <= 1 {
@@ -191,6 +214,21 @@ impl<S: FileService> Fs<S> {
     /// How many nodes the kernel holds (the root included).
     pub fn node_count(&self) -> usize {
         lock(&self.nodes).len()
+    }
+
+    /// The nodes and open handles the kernel holds, as data.
+    pub fn state(&self) -> MountState {
+        let nodes = lock(&self.nodes).snapshot();
+        let mut handles: Vec<HandleState> = lock(&self.handles)
+            .iter()
+            .map(|(&handle, open)| HandleState {
+                handle,
+                file: open.file,
+                flags: open.flags,
+            })
+            .collect();
+        handles.sort_unstable_by_key(|h| h.handle);
+        MountState { nodes, handles }
     }
 
     /// How many handles are open.

@@ -16,8 +16,12 @@
 //! `fuse.tak-os-replicated`, source = the volume ID, `default_permissions`, `allow_other`,
 //! direct I/O on every open, zero entry and attribute lifetimes, 1 MiB per read or write
 //! request, which `Fs` sends to the workers as concurrent calls of
-//! [`FsConfig::call_data_bytes`]). [`Mounted::unmount`] refuses while bind mounts of the volume remain and checks the
-//! mount's identity before unmounting; [`abort_connection`] is for a connection known dead.
+//! [`FsConfig::call_data_bytes`]) and returns a [`Mounted`] that owns what the mounted volume
+//! needs running (the renewal of its open handles): it stops them on unmount, or alone with
+//! [`Mounted::stop_tasks`] when the connection is handed over. [`Mounted::unmount`] refuses
+//! while bind mounts of the volume remain and checks the mount's identity before unmounting;
+//! [`abort_connection`] is for a connection known dead. [`Fs::state`] gives the nodes and open
+//! handles the kernel holds as data ([`MountState`]).
 //!
 //! What the filesystem supports and why is in `SEMANTICS.md` beside this crate.
 //!
@@ -36,14 +40,13 @@
 //! # async fn example<T: lease_client::Transport>(client: lease_client::Client<T>) -> Result<(), Box<dyn std::error::Error>> {
 //! // `client` was built for the volume (and, for RWO, carries the epoch of a claimed lease).
 //! let fs = Arc::new(Fs::new(client, FsConfig::default()));
-//! let renewal = tokio::spawn({
-//!     let fs = Arc::clone(&fs);
-//!     async move { fs.run_handle_renewal().await }
-//! });
-//! let mounted = fusefs::mount(fs, "v1.volume", std::path::Path::new("/staging/path")).await?;
-//! // ... later, after every bind of it is gone:
+//! // Mounting also starts the renewal of the handles the mount opens.
+//! let mut mounted = fusefs::mount(fs, "v1.volume", std::path::Path::new("/staging/path")).await?;
+//! // What the kernel holds, as data: nodes with their inode generations, open handles.
+//! let state = mounted.fs().state();
+//! assert_eq!(state.nodes[0].node, fusefs::ROOT_NODE);
+//! // ... later, after every bind of it is gone (this also stops the renewal):
 //! mounted.unmount(std::time::Duration::from_secs(15)).await?;
-//! renewal.abort();
 //! # Ok(())
 //! # }
 //! ```
@@ -61,7 +64,9 @@ mod service;
 pub use adapter::FuseAdapter;
 pub use errno::{Errno, MAX_ERRNO, errno_of};
 pub use fs::{
-    Caller, FUSE_WRITE_KILL_SUIDGID, Fs, FsConfig, PARALLEL_CALLS, ROOT_NODE, TTL, WriteFlags,
+    Caller, FUSE_WRITE_KILL_SUIDGID, Fs, FsConfig, HandleState, MountState, PARALLEL_CALLS,
+    ROOT_NODE, TTL, WriteFlags,
 };
 pub use mount::{FS_TYPE, FUSECTL, MountError, Mounted, SUBTYPE, abort_connection, mount};
+pub use nodes::NodeState;
 pub use service::FileService;

@@ -8,6 +8,7 @@ use std::time::Duration;
 use fuse3::MountOptions;
 use fuse3::raw::{MountHandle, Session};
 use rustix::fs::{AtFlags, StatxFlags};
+use tokio::task::JoinHandle;
 
 use crate::adapter::FuseAdapter;
 use crate::fs::Fs;
@@ -66,27 +67,34 @@ pub enum MountError {
     },
 }
 
-/// A mounted volume.
+/// A mounted volume: the FUSE session, the filesystem serving it, and the tasks the volume
+/// needs running beside it (today the renewal of its open handles).
 ///
-/// Dropping it leaves the mount and its session running (the process that owns the FUSE
-/// connection must outlive the mount); [`Mounted::unmount`] takes it down.
+/// [`Mounted::unmount`] takes the mount down and stops the tasks. [`Mounted::stop_tasks`] stops
+/// the tasks and leaves the mount served, for an owner that hands the volume to another
+/// process. Dropping it leaves the mount, its session and its tasks running: the process that
+/// owns the FUSE connection must outlive the mount, and fuse3's own unmount on drop (by path,
+/// unchecked) is never let happen.
 #[derive(Debug)]
-pub struct Mounted {
+pub struct Mounted<S> {
     /// `None` once unmounted.
     handle: Option<MountHandle>,
+    fs: Arc<Fs<S>>,
+    tasks: Vec<JoinHandle<()>>,
     path: PathBuf,
     volume_id: String,
     device: (u32, u32),
 }
 
 /// Mounts `fs` at `path` (an existing empty directory) as volume `volume_id`: fs name = the
-/// volume ID, subtype `tak-os-replicated`, `default_permissions` and `allow_other`. Must be
-/// called from within a tokio runtime, as root (no helper binary is used).
+/// volume ID, subtype `tak-os-replicated`, `default_permissions` and `allow_other`, and starts
+/// the renewal of the handles it opens ([`Fs::run_handle_renewal`]). Must be called from within
+/// a tokio runtime, as root (no helper binary is used).
 pub async fn mount<S: FileService>(
     fs: Arc<Fs<S>>,
     volume_id: &str,
     path: &Path,
-) -> Result<Mounted, MountError> {
+) -> Result<Mounted<S>, MountError> {
     let mut options = MountOptions::default();
     options
         .fs_name(volume_id)
@@ -94,20 +102,26 @@ pub async fn mount<S: FileService>(
         .default_permissions(true)
         .custom_options(format!("subtype={SUBTYPE}"));
     let handle = Session::new(options)
-        .mount(FuseAdapter::new(fs), path)
+        .mount(FuseAdapter::new(Arc::clone(&fs)), path)
         .await
         .map_err(|source| MountError::Mount {
             volume_id: volume_id.to_owned(),
             path: path.to_owned(),
             source,
         })?;
-    let device = mount_device(path)?;
-    Ok(Mounted {
+    let mut mounted = Mounted {
         handle: Some(handle),
+        fs: Arc::clone(&fs),
+        tasks: Vec::new(),
         path: path.to_owned(),
         volume_id: volume_id.to_owned(),
-        device,
-    })
+        device: (0, 0),
+    };
+    mounted.device = mount_device(path)?;
+    mounted
+        .tasks
+        .push(tokio::spawn(async move { fs.run_handle_renewal().await }));
+    Ok(mounted)
 }
 
 /// The device of the mount at `path`, learned without sending the filesystem a request
@@ -127,7 +141,26 @@ fn mount_device(path: &Path) -> Result<(u32, u32), MountError> {
     Ok((stx.stx_dev_major, stx.stx_dev_minor))
 }
 
-impl Mounted {
+impl<S: FileService> Mounted<S> {
+    /// The filesystem serving the mount; its state (nodes and open handles) is
+    /// [`Fs::state`].
+    pub fn fs(&self) -> &Arc<Fs<S>> {
+        &self.fs
+    }
+
+    /// Whether the volume's tasks still run (they stop on unmount or [`Mounted::stop_tasks`]).
+    pub fn tasks_running(&self) -> bool {
+        self.tasks.iter().any(|task| !task.is_finished())
+    }
+
+    /// Stops the volume's tasks and leaves the mount served: no handle is renewed from now on.
+    /// For an owner handing the connection to its successor, which renews from then on.
+    pub fn stop_tasks(&mut self) {
+        for task in self.tasks.drain(..) {
+            task.abort();
+        }
+    }
+
     /// The mount point.
     pub fn path(&self) -> &Path {
         &self.path
@@ -144,10 +177,14 @@ impl Mounted {
     }
 
     /// Unmounts after checking that the mount at the path is this volume's FUSE mount (device,
-    /// root `/`, type, source) and that
-    /// no other mount (a bind of it) still uses the connection, then waits for the session to
-    /// end, at most `wait`.
-    pub async fn unmount(mut self, wait: Duration) -> Result<(), MountError> {
+    /// root `/`, type, source) and that no other mount (a bind of it) still uses the
+    /// connection, then stops the volume's tasks and waits for the session to end, at most
+    /// `wait`. A refused unmount changes nothing: the mount and its tasks go on, and the call
+    /// may be repeated.
+    pub async fn unmount(&mut self, wait: Duration) -> Result<(), MountError> {
+        if self.handle.is_none() {
+            return Ok(());
+        }
         let path = self.path.clone();
         let io = |op, source| MountError::Io {
             op,
@@ -227,6 +264,7 @@ impl Mounted {
                 Err(e) => return Err(io("unmount", e.into())),
             }
         }
+        self.stop_tasks();
         // The session ends when the kernel closes the connection; the handle's own unmount is
         // then a no-op because its task has finished.
         if let Some(handle) = self.handle.take() {
@@ -236,7 +274,7 @@ impl Mounted {
     }
 }
 
-impl Drop for Mounted {
+impl<S> Drop for Mounted<S> {
     fn drop(&mut self) {
         // fuse3's handle would unmount by path, unchecked, when dropped: never let it. The
         // session task goes on serving the mount.

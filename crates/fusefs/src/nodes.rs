@@ -17,6 +17,17 @@ struct Node {
     lookups: u64,
 }
 
+/// One node the kernel holds, as data: what a process taking over the connection must know.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NodeState {
+    /// The FUSE node ID, which is the worker's inode number.
+    pub node: u64,
+    /// The worker's inode generation, which is the FUSE generation.
+    pub inode_generation: u64,
+    /// How many lookups of it the kernel holds (FORGET counts them down).
+    pub lookups: u64,
+}
+
 /// The nodes the kernel knows about.
 #[derive(Debug)]
 pub(crate) struct Nodes {
@@ -72,6 +83,21 @@ impl Nodes {
                 self.nodes.remove(&node);
             }
         }
+    }
+
+    /// Every known node as data, in node ID order.
+    pub(crate) fn snapshot(&self) -> Vec<NodeState> {
+        let mut nodes: Vec<NodeState> = self
+            .nodes
+            .iter()
+            .map(|(&node, n)| NodeState {
+                node,
+                inode_generation: n.inode_generation,
+                lookups: n.lookups,
+            })
+            .collect();
+        nodes.sort_unstable_by_key(|n| n.node);
+        nodes
     }
 
     /// How many nodes are known (the root included).

@@ -277,11 +277,7 @@ fn pjdfstest_passes_except_the_documented_cases() {
         worker::testing::client(&pki, &spec, &server.endpoint(), TOKEN, Budgets::default())
             .unwrap();
     let fs = Arc::new(Fs::new(client, FsConfig::default()));
-    let renewal = rt.spawn({
-        let fs = Arc::clone(&fs);
-        async move { fs.run_handle_renewal().await }
-    });
-    let mounted = rt
+    let mut mounted = rt
         .block_on(fusefs::mount(fs, &spec.volume_id, &mount_point))
         .unwrap();
 
@@ -296,7 +292,6 @@ fn pjdfstest_passes_except_the_documented_cases() {
         suite.run("all", false, &[]),
     ];
 
-    renewal.abort();
     rt.block_on(mounted.unmount(Duration::from_secs(15)))
         .unwrap();
     rt.block_on(server.stop());

@@ -8,6 +8,7 @@
 mod fencing;
 mod fs_core;
 mod model;
+mod mounted;
 mod outage;
 mod posix;
 mod setid;

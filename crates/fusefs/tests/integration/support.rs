@@ -183,10 +183,9 @@ impl Default for MountOptions {
 #[allow(dead_code, reason = "tests use the parts they need")]
 pub(crate) struct Mount {
     pub(crate) fs: Arc<TestFs>,
-    pub(crate) mounted: Option<Mounted>,
+    pub(crate) mounted: Option<Mounted<Client<HttpsTransport>>>,
     pub(crate) lease: Option<MountLease<HttpsTransport>>,
     pub(crate) lease_renewal: Option<RenewalTask>,
-    renewal: tokio::task::JoinHandle<()>,
 }
 
 impl Mount {
@@ -211,10 +210,6 @@ impl Mount {
 
     /// Mounts `fs` (whose client is already set up) at `path`.
     pub(crate) async fn of(fs: Arc<TestFs>, volume: &Volume, path: &Path) -> Mount {
-        let renewal = tokio::spawn({
-            let fs = Arc::clone(&fs);
-            async move { fs.run_handle_renewal().await }
-        });
         let mounted = fusefs::mount(Arc::clone(&fs), &volume.spec.volume_id, path)
             .await
             .unwrap();
@@ -224,7 +219,6 @@ impl Mount {
             mounted: Some(mounted),
             lease: None,
             lease_renewal: None,
-            renewal,
         }
     }
 
@@ -233,11 +227,10 @@ impl Mount {
     }
 
     pub(crate) async fn unmount(mut self) {
-        self.renewal.abort();
         if let Some(renewal) = self.lease_renewal.take() {
             renewal.stop().await;
         }
-        let mounted = self.mounted.take().unwrap();
+        let mut mounted = self.mounted.take().unwrap();
         let minor = mounted.device().1;
         mounted.unmount(Duration::from_secs(5)).await.unwrap();
         unregister_connection(minor);
