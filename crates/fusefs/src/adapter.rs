@@ -9,7 +9,7 @@ use fuse3::{Inode, Result, SetAttr};
 use futures_util::stream;
 use lease_client::protocol::MAX_DATA_BYTES;
 
-use crate::errno::Errno;
+use crate::error::{self, Error};
 use crate::fs::{Caller, Fs, WriteFlags};
 use crate::service::FileService;
 
@@ -34,8 +34,10 @@ fn caller(req: &Request) -> Caller {
     }
 }
 
-fn err(errno: Errno) -> fuse3::Errno {
-    errno.into()
+/// Answers a failed request: logs and counts its error once ([`error::report`]) and gives the
+/// kernel its errno.
+fn failed(operation: &'static str) -> impl Fn(Error) -> fuse3::Errno {
+    move |error| error::report(operation, &error).into()
 }
 
 impl<S: FileService> Filesystem for FuseAdapter<S> {
@@ -50,7 +52,7 @@ impl<S: FileService> Filesystem for FuseAdapter<S> {
         self.fs
             .lookup(caller(&req), parent, name)
             .await
-            .map_err(err)
+            .map_err(failed("lookup"))
     }
 
     async fn forget(&self, _req: Request, inode: Inode, nlookup: u64) {
@@ -70,7 +72,10 @@ impl<S: FileService> Filesystem for FuseAdapter<S> {
         fh: Option<u64>,
         _flags: u32,
     ) -> Result<ReplyAttr> {
-        self.fs.getattr(caller(&req), inode, fh).await.map_err(err)
+        self.fs
+            .getattr(caller(&req), inode, fh)
+            .await
+            .map_err(failed("getattr"))
     }
 
     async fn setattr(
@@ -83,11 +88,14 @@ impl<S: FileService> Filesystem for FuseAdapter<S> {
         self.fs
             .setattr(caller(&req), inode, fh, set_attr)
             .await
-            .map_err(err)
+            .map_err(failed("setattr"))
     }
 
     async fn readlink(&self, req: Request, inode: Inode) -> Result<ReplyData> {
-        self.fs.readlink(caller(&req), inode).await.map_err(err)
+        self.fs
+            .readlink(caller(&req), inode)
+            .await
+            .map_err(failed("readlink"))
     }
 
     async fn symlink(
@@ -100,7 +108,7 @@ impl<S: FileService> Filesystem for FuseAdapter<S> {
         self.fs
             .symlink(caller(&req), parent, name, link)
             .await
-            .map_err(err)
+            .map_err(failed("symlink"))
     }
 
     async fn mknod(
@@ -114,7 +122,7 @@ impl<S: FileService> Filesystem for FuseAdapter<S> {
         self.fs
             .mknod(caller(&req), parent, name, mode, rdev)
             .await
-            .map_err(err)
+            .map_err(failed("mknod"))
     }
 
     async fn mkdir(
@@ -128,18 +136,21 @@ impl<S: FileService> Filesystem for FuseAdapter<S> {
         self.fs
             .mkdir(caller(&req), parent, name, mode, umask)
             .await
-            .map_err(err)
+            .map_err(failed("mkdir"))
     }
 
     async fn unlink(&self, req: Request, parent: Inode, name: &OsStr) -> Result<()> {
         self.fs
             .unlink(caller(&req), parent, name)
             .await
-            .map_err(err)
+            .map_err(failed("unlink"))
     }
 
     async fn rmdir(&self, req: Request, parent: Inode, name: &OsStr) -> Result<()> {
-        self.fs.rmdir(caller(&req), parent, name).await.map_err(err)
+        self.fs
+            .rmdir(caller(&req), parent, name)
+            .await
+            .map_err(failed("rmdir"))
     }
 
     async fn rename(
@@ -153,7 +164,7 @@ impl<S: FileService> Filesystem for FuseAdapter<S> {
         self.fs
             .rename(caller(&req), parent, name, new_parent, new_name, 0)
             .await
-            .map_err(err)
+            .map_err(failed("rename"))
     }
 
     async fn rename2(
@@ -168,7 +179,7 @@ impl<S: FileService> Filesystem for FuseAdapter<S> {
         self.fs
             .rename(caller(&req), parent, name, new_parent, new_name, flags)
             .await
-            .map_err(err)
+            .map_err(failed("rename"))
     }
 
     async fn link(
@@ -181,11 +192,14 @@ impl<S: FileService> Filesystem for FuseAdapter<S> {
         self.fs
             .link(caller(&req), inode, new_parent, new_name)
             .await
-            .map_err(err)
+            .map_err(failed("link"))
     }
 
     async fn open(&self, req: Request, inode: Inode, flags: u32) -> Result<ReplyOpen> {
-        self.fs.open(caller(&req), inode, flags).await.map_err(err)
+        self.fs
+            .open(caller(&req), inode, flags)
+            .await
+            .map_err(failed("open"))
     }
 
     async fn read(
@@ -199,7 +213,7 @@ impl<S: FileService> Filesystem for FuseAdapter<S> {
         self.fs
             .read(caller(&req), inode, fh, offset, size)
             .await
-            .map_err(err)
+            .map_err(failed("read"))
     }
 
     async fn write(
@@ -216,11 +230,11 @@ impl<S: FileService> Filesystem for FuseAdapter<S> {
         self.fs
             .write(caller(&req), inode, fh, offset, data, flags)
             .await
-            .map_err(err)
+            .map_err(failed("write"))
     }
 
     async fn statfs(&self, req: Request, _inode: Inode) -> Result<ReplyStatFs> {
-        self.fs.statfs(caller(&req)).await.map_err(err)
+        self.fs.statfs(caller(&req)).await.map_err(failed("statfs"))
     }
 
     async fn release(
@@ -235,21 +249,21 @@ impl<S: FileService> Filesystem for FuseAdapter<S> {
         self.fs
             .release(caller(&req), inode, fh, flags)
             .await
-            .map_err(err)
+            .map_err(failed("release"))
     }
 
     async fn fsync(&self, req: Request, inode: Inode, fh: u64, datasync: bool) -> Result<()> {
         self.fs
             .fsync(caller(&req), inode, fh, datasync)
             .await
-            .map_err(err)
+            .map_err(failed("fsync"))
     }
 
     async fn flush(&self, req: Request, inode: Inode, fh: u64, lock_owner: u64) -> Result<()> {
         self.fs
             .flush(caller(&req), inode, fh, lock_owner)
             .await
-            .map_err(err)
+            .map_err(failed("flush"))
     }
 
     async fn opendir(&self, _req: Request, _inode: Inode, _flags: u32) -> Result<ReplyOpen> {
@@ -270,7 +284,7 @@ impl<S: FileService> Filesystem for FuseAdapter<S> {
             .fs
             .readdir(caller(&req), parent, offset)
             .await
-            .map_err(err)?;
+            .map_err(failed("readdir"))?;
         Ok(ReplyDirectory {
             entries: stream::iter(entries.into_iter().map(Ok)),
         })
@@ -292,7 +306,7 @@ impl<S: FileService> Filesystem for FuseAdapter<S> {
             .fs
             .readdirplus(caller(&req), parent, offset)
             .await
-            .map_err(err)?;
+            .map_err(failed("readdirplus"))?;
         // fuse3 pulls an entry, then checks whether it fits in the kernel's buffer and, when it
         // does not, stops without sending it. So an entry counts as a lookup the kernel holds
         // only once fuse3 pulls the next one (or finds the stream ended): counting on the pull
@@ -327,7 +341,7 @@ impl<S: FileService> Filesystem for FuseAdapter<S> {
         self.fs
             .create(caller(&req), parent, name, mode, flags)
             .await
-            .map_err(err)
+            .map_err(failed("create"))
     }
 
     async fn interrupt(&self, _req: Request, unique: u64) -> Result<()> {

@@ -7,10 +7,15 @@
 //!
 //! - [`Fs`], a plain type with one async method per FUSE operation. It keeps the kernel's node
 //!   table (node ID = the worker's inode number, FUSE generation = the worker's inode
-//!   generation, so nothing depends on this process's memory), open handles and their renewal,
-//!   and maps every failure to an errno with one exhaustive function ([`errno_of`]), clamped to
-//!   the range the kernel accepts. It is tested without `/dev/fuse`.
-//! - [`FuseAdapter`], the fuse3 `Filesystem` implementation: each method forwards to `Fs`.
+//!   generation, so nothing depends on this process's memory), open handles and their renewal.
+//!   It fails with an [`Error`] that keeps its cause (the client's error, a stale node, a
+//!   malformed reply naming its operation, an interruption); [`Error::errno`] is the one
+//!   mapping to an errno (a call's through [`errno_of`]), clamped to the range the kernel
+//!   accepts. It is tested without `/dev/fuse`.
+//! - [`FuseAdapter`], the fuse3 `Filesystem` implementation: each method forwards to `Fs`, and
+//!   logs a failure once, at a level that fits its [`ErrorClass`] (a worker outage is a
+//!   warning, a malformed reply an error, `ENOENT` a debug line), and counts it as
+//!   `fusefs_errors_total{operation, class}`.
 //!
 //! [`mount`] mounts a volume as root without a helper binary (filesystem type
 //! `fuse.tak-os-replicated`, source = the volume ID, `default_permissions`, `allow_other`,
@@ -56,6 +61,7 @@
 mod adapter;
 mod attr;
 mod errno;
+mod error;
 mod fs;
 mod mount;
 mod nodes;
@@ -63,6 +69,7 @@ mod service;
 
 pub use adapter::FuseAdapter;
 pub use errno::{Errno, MAX_ERRNO, errno_of};
+pub use error::{Error, ErrorClass};
 pub use fs::{
     Caller, FUSE_WRITE_KILL_SUIDGID, Fs, FsConfig, HandleState, MountState, PARALLEL_CALLS,
     ROOT_NODE, TTL, WriteFlags,

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use fusefs::{Caller, Errno, Fs, FsConfig, ROOT_NODE, WriteFlags};
+use fusefs::{Caller, Error, Fs, FsConfig, ROOT_NODE, WriteFlags};
 use lease_client::protocol::{MAX_DATA_BYTES, VolumeGeneration};
 use lease_client::{Client, ClientConfig, EndpointSet, HttpsTransport};
 use worker::{AccessMode, Timings};
@@ -28,8 +28,8 @@ fn next() -> Caller {
     }
 }
 
-fn raw<T>(result: Result<T, Errno>) -> Result<T, i32> {
-    result.map_err(Errno::raw)
+fn raw<T>(result: Result<T, Error>) -> Result<T, i32> {
+    result.map_err(|error| error.errno().raw())
 }
 
 /// Runs `body` with a worker (root needed: it opens files by handle); skipped otherwise.
