@@ -1,0 +1,145 @@
+//! Directory listings: READDIR and READDIRPLUS from worker batches, and the lookups a
+//! READDIRPLUS reply hands the kernel.
+
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+
+use fuse3::FileType;
+use fuse3::raw::reply::{DirectoryEntry, DirectoryEntryPlus};
+use lease_client::protocol::FileId;
+use lease_client::v1;
+use lease_client::v1::reply::Result as ReplyResult;
+use lease_client::v1::request::Op;
+
+use super::{Caller, Fs, TTL, lock};
+use crate::attr::{file_attr, kind_of_entry};
+use crate::error::Error;
+use crate::service::FileService;
+
+impl<S: FileService> Fs<S> {
+    /// One worker readdir batch after FUSE offset `offset`: `.` and `..` take the FUSE offsets
+    /// 1 and 2, and the worker's cookie `c` is FUSE offset `c + 2`.
+    async fn readdir_batch(
+        &self,
+        caller: Caller,
+        dir: FileId,
+        offset: u64,
+        plus: bool,
+    ) -> Result<(Vec<v1::DirEntry>, bool), Error> {
+        let op = Op::Readdir(v1::ReaddirRequest {
+            dir: Some(dir.into()),
+            handle: None,
+            offset: offset.saturating_sub(2),
+            max_entries: self.config.readdir_batch,
+            plus,
+        });
+        let reply = expect!(self.call(caller, op).await?, Readdir);
+        Ok((reply.entries, reply.end))
+    }
+
+    fn fuse_offset(cookie: u64) -> Result<i64, Error> {
+        cookie
+            .checked_add(2)
+            .and_then(|o| i64::try_from(o).ok())
+            .ok_or(Error::malformed(
+                "readdir",
+                "a directory offset out of range",
+            ))
+    }
+
+    /// READDIR from FUSE offset `offset`: one worker batch (the kernel asks again for more).
+    pub async fn readdir(
+        &self,
+        caller: Caller,
+        node: u64,
+        offset: u64,
+    ) -> Result<Vec<DirectoryEntry>, Error> {
+        let dir = self.file(node)?;
+        let mut out = Vec::new();
+        for (at, name) in [(0u64, "."), (1, "..")] {
+            if offset <= at {
+                out.push(DirectoryEntry {
+                    inode: dir.ino,
+                    kind: FileType::Directory,
+                    name: name.into(),
+                    offset: at as i64 + 1,
+                });
+            }
+        }
+        let (entries, _end) = self
+            .readdir_batch(caller, dir, offset.max(2), false)
+            .await?;
+        for e in entries {
+            let ino = e.file.map_or(0, |f| f.ino);
+            out.push(DirectoryEntry {
+                inode: ino,
+                kind: kind_of_entry(e.file_type),
+                name: OsStr::from_bytes(&e.name).to_owned(),
+                offset: Self::fuse_offset(e.next_offset)?,
+            });
+        }
+        Ok(out)
+    }
+
+    /// READDIRPLUS from FUSE offset `offset`: entries with attributes. Each entry the kernel
+    /// takes counts as a lookup (except `.` and `..`); the caller reports those with
+    /// [`Fs::delivered`], because the kernel may take fewer entries than were read.
+    pub async fn readdirplus(
+        &self,
+        caller: Caller,
+        node: u64,
+        offset: u64,
+    ) -> Result<Vec<DirectoryEntryPlus>, Error> {
+        let dir = self.file(node)?;
+        let mut out = Vec::new();
+        if offset < 2 {
+            let attr = self.getattr(caller, node, None).await?.attr;
+            for (at, name) in [(0u64, "."), (1, "..")] {
+                if offset <= at {
+                    out.push(DirectoryEntryPlus {
+                        inode: dir.ino,
+                        generation: dir.inode_generation,
+                        kind: FileType::Directory,
+                        name: name.into(),
+                        offset: at as i64 + 1,
+                        attr,
+                        entry_ttl: TTL,
+                        attr_ttl: TTL,
+                    });
+                }
+            }
+        }
+        let (entries, _end) = self.readdir_batch(caller, dir, offset.max(2), true).await?;
+        for e in entries {
+            let (Some(file), Some(attr)) = (e.file, e.attr) else {
+                return Err(Error::malformed(
+                    "readdir",
+                    "an entry without file or attributes",
+                ));
+            };
+            let file = FileId::from(file);
+            out.push(DirectoryEntryPlus {
+                inode: file.ino,
+                generation: file.inode_generation,
+                kind: kind_of_entry(e.file_type),
+                name: OsStr::from_bytes(&e.name).to_owned(),
+                offset: Self::fuse_offset(e.next_offset)?,
+                attr: file_attr(file.ino, &attr),
+                entry_ttl: TTL,
+                attr_ttl: TTL,
+            });
+        }
+        Ok(out)
+    }
+
+    /// The kernel took `entry` from a READDIRPLUS reply: it now holds one lookup of it.
+    pub fn delivered(&self, entry: &DirectoryEntryPlus) {
+        if entry.name != "." && entry.name != ".." {
+            let file = FileId {
+                ino: entry.inode,
+                inode_generation: entry.generation,
+            };
+            lock(&self.nodes).looked_up(file);
+        }
+    }
+}
