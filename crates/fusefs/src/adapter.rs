@@ -307,22 +307,10 @@ impl<S: FileService> Filesystem for FuseAdapter<S> {
             .readdirplus(caller(&req), parent, offset)
             .await
             .map_err(failed("readdirplus"))?;
-        // fuse3 pulls an entry, then checks whether it fits in the kernel's buffer and, when it
-        // does not, stops without sending it. So an entry counts as a lookup the kernel holds
-        // only once fuse3 pulls the next one (or finds the stream ended): counting on the pull
-        // itself leaked one lookup, and so one node forever, per full reply.
-        let fs = &self.fs;
-        let mut entries = entries.into_iter();
-        let mut sent: Option<DirectoryEntryPlus> = None;
+        // fuse3 pulls entries until the kernel's buffer is full; the listing counts the
+        // lookups of those it took.
         Ok(ReplyDirectoryPlus {
-            entries: stream::iter(std::iter::from_fn(move || {
-                if let Some(previous) = sent.take() {
-                    fs.delivered(&previous);
-                }
-                let entry = entries.next()?;
-                sent = Some(entry.clone());
-                Some(Ok(entry))
-            })),
+            entries: stream::iter(entries.map(Ok)),
         })
     }
 

@@ -72,7 +72,7 @@ pub use errno::{Errno, MAX_ERRNO, errno_of};
 pub use error::{Error, ErrorClass};
 pub use fs::{
     Caller, FUSE_WRITE_KILL_SUIDGID, Fs, FsConfig, HandleState, MountState, PARALLEL_CALLS,
-    ROOT_NODE, TTL, WriteFlags,
+    PlusListing, ROOT_NODE, TTL, WriteFlags,
 };
 pub use mount::{FS_TYPE, FUSECTL, MountError, Mounted, SUBTYPE, abort_connection, mount};
 pub use nodes::NodeState;

@@ -81,15 +81,15 @@ impl<S: FileService> Fs<S> {
         Ok(out)
     }
 
-    /// READDIRPLUS from FUSE offset `offset`: entries with attributes. Each entry the kernel
-    /// takes counts as a lookup (except `.` and `..`); the caller reports those with
-    /// [`Fs::delivered`], because the kernel may take fewer entries than were read.
+    /// READDIRPLUS from FUSE offset `offset`: entries with attributes, as a [`PlusListing`]
+    /// that counts each entry the kernel takes as a lookup (except `.` and `..`), and only
+    /// those: the kernel's buffer may take fewer entries than were read.
     pub async fn readdirplus(
         &self,
         caller: Caller,
         node: u64,
         offset: u64,
-    ) -> Result<Vec<DirectoryEntryPlus>, Error> {
+    ) -> Result<PlusListing<'_, S>, Error> {
         let dir = self.file(node)?;
         let mut out = Vec::new();
         if offset < 2 {
@@ -129,11 +129,15 @@ impl<S: FileService> Fs<S> {
                 attr_ttl: TTL,
             });
         }
-        Ok(out)
+        Ok(PlusListing {
+            fs: self,
+            entries: out.into_iter(),
+            pulled: None,
+        })
     }
 
     /// The kernel took `entry` from a READDIRPLUS reply: it now holds one lookup of it.
-    pub fn delivered(&self, entry: &DirectoryEntryPlus) {
+    fn delivered(&self, entry: &DirectoryEntryPlus) {
         if entry.name != "." && entry.name != ".." {
             let file = FileId {
                 ino: entry.inode,
@@ -141,5 +145,35 @@ impl<S: FileService> Fs<S> {
             };
             lock(&self.nodes).looked_up(file);
         }
+    }
+}
+
+/// The entries of one READDIRPLUS reply, handed out one at a time to whatever fills the
+/// kernel's reply buffer (the session layer), with the lookup accounting that needs.
+///
+/// The filler pulls an entry, then checks whether it fits in the kernel's buffer and, when it
+/// does not, stops without sending it. So an entry counts as a lookup the kernel holds only
+/// once the next one is pulled, or the listing is found to be finished: counting on the pull
+/// itself leaked one lookup, and so one node forever, per full reply. An entry pulled last and
+/// never followed by another pull is not counted; dropping the listing early counts nothing
+/// more.
+#[derive(Debug)]
+pub struct PlusListing<'a, S> {
+    fs: &'a Fs<S>,
+    entries: std::vec::IntoIter<DirectoryEntryPlus>,
+    /// The entry handed out last, not yet known to have been taken.
+    pulled: Option<DirectoryEntryPlus>,
+}
+
+impl<S: FileService> Iterator for PlusListing<'_, S> {
+    type Item = DirectoryEntryPlus;
+
+    fn next(&mut self) -> Option<DirectoryEntryPlus> {
+        if let Some(taken) = self.pulled.take() {
+            self.fs.delivered(&taken);
+        }
+        let entry = self.entries.next()?;
+        self.pulled = Some(entry.clone());
+        Some(entry)
     }
 }

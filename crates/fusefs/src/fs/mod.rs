@@ -110,6 +110,7 @@ mod io;
 #[cfg(test)]
 mod tests;
 
+pub use dir::PlusListing;
 use handles::OpenFile;
 pub use handles::{HandleState, MountState};
 pub use io::{FUSE_WRITE_KILL_SUIDGID, PARALLEL_CALLS, WriteFlags};

@@ -481,3 +481,73 @@ async fn fstat_and_fchmod_of_a_file_unlinked_while_open_go_through_its_handle() 
         "each request goes by inode first, then once more through the open handle"
     );
 }
+
+/// A worker with a root directory of three files (inodes 10, 11, 12) for READDIRPLUS.
+struct ThreeFiles;
+
+impl FileService for ThreeFiles {
+    fn call(&self, op: Op) -> impl Future<Output = Result<ReplyResult, Error>> + Send {
+        let attr = |mode| {
+            Some(v1::Attr {
+                mode,
+                nlink: 1,
+                ..v1::Attr::default()
+            })
+        };
+        let result = match op {
+            Op::Getattr(r) => ReplyResult::Getattr(v1::Entry {
+                file: r.file,
+                attr: attr(0o040_755),
+            }),
+            _ => ReplyResult::Readdir(v1::ReaddirReply {
+                entries: (10u64..13)
+                    .map(|ino| v1::DirEntry {
+                        file: Some(v1::FileId {
+                            ino,
+                            inode_generation: 1,
+                        }),
+                        name: format!("f{ino}").into_bytes(),
+                        file_type: 0o100_000,
+                        next_offset: ino,
+                        attr: attr(0o100_644),
+                    })
+                    .collect(),
+                end: true,
+            }),
+        };
+        std::future::ready(Ok(result))
+    }
+}
+
+#[tokio::test]
+async fn a_readdirplus_entry_counts_as_a_lookup_only_once_the_next_one_is_pulled() {
+    let listed = |taken: usize| async move {
+        let fs = Fs::new(ThreeFiles, FsConfig::default());
+        let listing = fs.readdirplus(caller(), ROOT_NODE, 0).await.unwrap();
+        let names: Vec<_> = listing
+            .take(taken)
+            .map(|e| e.name.into_string().unwrap())
+            .collect();
+        (names.len(), fs.node_count())
+    };
+    // `.`, `..` and three files; the root is always held.
+    assert_eq!(
+        listed(5).await,
+        (5, 1 + 2),
+        "the last pulled is not known taken"
+    );
+    assert_eq!(listed(3).await, (3, 1), "`.` and `..` are not lookups");
+    assert_eq!(listed(4).await, (4, 1 + 1));
+    let fs = Fs::new(ThreeFiles, FsConfig::default());
+    let all: Vec<_> = fs
+        .readdirplus(caller(), ROOT_NODE, 0)
+        .await
+        .unwrap()
+        .collect();
+    assert_eq!(all.len(), 5);
+    assert_eq!(
+        fs.node_count(),
+        1 + 3,
+        "the end of the listing counts the last one"
+    );
+}
