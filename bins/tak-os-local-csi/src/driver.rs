@@ -99,18 +99,7 @@ impl Driver {
                 now: now.mount_id,
             });
         }
-        let metadata = root.join(localstore::METADATA_DIR);
-        rustix::fs::statx(
-            rustix::fs::CWD,
-            &metadata,
-            rustix::fs::AtFlags::SYMLINK_NOFOLLOW | rustix::fs::AtFlags::STATX_DONT_SYNC,
-            rustix::fs::StatxFlags::TYPE,
-        )
-        .map_err(|source| Error::MetadataGone {
-            path: metadata.clone(),
-            source,
-        })?;
-        self.store.capacity()?;
+        self.store.check()?;
         Ok(ProbeResponse { ready: Some(true) })
     }
 
@@ -556,29 +545,23 @@ impl Driver {
                 message: chain(&error),
             },
         };
-        let data_dir = self.store.data_dir(&volume_id);
-        let stats_path = if condition.abnormal {
-            self.store.root().to_owned()
-        } else {
-            data_dir
+        // A volume whose data directory is unusable reports its store's filesystem instead.
+        let usage = match condition.abnormal {
+            false => self.store.volume_usage(&volume_id)?,
+            true => self.store.usage()?,
         };
-        let st = rustix::fs::statvfs(&stats_path).map_err(|source| Error::Statvfs {
-            path: stats_path.clone(),
-            source,
-        })?;
         let clamp = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
-        let block = st.f_frsize;
         let usage = vec![
             VolumeUsage {
-                available: clamp(st.f_bavail.saturating_mul(block)),
-                total: clamp(st.f_blocks.saturating_mul(block)),
-                used: clamp(st.f_blocks.saturating_sub(st.f_bfree).saturating_mul(block)),
+                available: clamp(usage.available_bytes),
+                total: clamp(usage.total_bytes),
+                used: clamp(usage.used_bytes),
                 unit: volume_usage::Unit::Bytes as i32,
             },
             VolumeUsage {
-                available: clamp(st.f_favail),
-                total: clamp(st.f_files),
-                used: clamp(st.f_files.saturating_sub(st.f_ffree)),
+                available: clamp(usage.available_inodes),
+                total: clamp(usage.total_inodes),
+                used: clamp(usage.used_inodes),
                 unit: volume_usage::Unit::Inodes as i32,
             },
         ];

@@ -213,24 +213,6 @@ pub enum Error {
         /// The mount ID now.
         now: u64,
     },
-    /// The store's metadata directory cannot be found.
-    #[error("the store's {path:?} is gone")]
-    MetadataGone {
-        /// The metadata directory.
-        path: PathBuf,
-        /// The cause.
-        #[source]
-        source: rustix::io::Errno,
-    },
-    /// `statvfs` of a volume's filesystem failed.
-    #[error("statvfs {path:?} failed")]
-    Statvfs {
-        /// The path.
-        path: PathBuf,
-        /// The cause.
-        #[source]
-        source: rustix::io::Errno,
-    },
     /// An RPC this driver does not implement.
     #[error("{rpc} is not supported by {DRIVER_NAME}")]
     Unsupported {

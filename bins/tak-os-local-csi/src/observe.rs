@@ -87,10 +87,9 @@ pub fn refresh_gauges(driver: &Driver) {
     if let Ok(claims) = store.claims() {
         metrics::gauge!("tak_os_local_csi_consumer_claims").set(claims.len() as f64);
     }
-    if let Ok(st) = rustix::fs::statvfs(store.root()) {
-        metrics::gauge!("tak_os_local_csi_store_free_bytes")
-            .set(st.f_bavail.saturating_mul(st.f_frsize) as f64);
-        metrics::gauge!("tak_os_local_csi_store_free_inodes").set(st.f_favail as f64);
+    if let Ok(capacity) = store.capacity() {
+        metrics::gauge!("tak_os_local_csi_store_free_bytes").set(capacity.free_bytes as f64);
+        metrics::gauge!("tak_os_local_csi_store_free_inodes").set(capacity.free_inodes as f64);
     }
 }
 

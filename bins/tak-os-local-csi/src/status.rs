@@ -47,11 +47,9 @@ pub fn code(error: &Error) -> Code {
         | Error::SingleWriterPublished { .. }
         | Error::UnknownVolumeMounted { .. }
         | Error::TooManyMounts { .. }
-        | Error::StoreMoved { .. }
-        | Error::MetadataGone { .. } => Code::FailedPrecondition,
+        | Error::StoreMoved { .. } => Code::FailedPrecondition,
         Error::ForeignToken { .. } => Code::Aborted,
         Error::NotInRequisiteTopology { .. } => Code::ResourceExhausted,
-        Error::Statvfs { .. } => Code::Unavailable,
         Error::Unsupported { .. } => Code::Unimplemented,
         Error::HandlerFailed { .. } => Code::Internal,
         Error::Store(error) => match error.kind() {
@@ -194,14 +192,6 @@ mod tests {
                 },
                 Code::Unimplemented,
                 "CreateSnapshot is not supported by csi.local.tak-os.org",
-            ),
-            (
-                Error::MetadataGone {
-                    path: PathBuf::from("/s/.metadata"),
-                    source: rustix::io::Errno::NOENT,
-                },
-                Code::FailedPrecondition,
-                "the store's \"/s/.metadata\" is gone: No such file or directory (os error 2)",
             ),
             (
                 Error::TooManyMounts {

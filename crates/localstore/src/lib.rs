@@ -62,7 +62,7 @@ pub use record::{
     Capability, CapacityRange, ConsumerClaim, CreateRequest, FORMAT_VERSION, MAX_PARAMETER_BYTES,
     VolumeRecord, VolumeState, record_roundtrip_check,
 };
-pub use store::{Capacity, DEFAULT_DATA_DIR_MODE, Store, StoreOptions, VolumeGuard};
+pub use store::{Capacity, DEFAULT_DATA_DIR_MODE, Store, StoreOptions, Usage, VolumeGuard};
 
 /// The pure check behind [`StoreOptions::require_mount`], exported for tests and audits: why the
 /// mount table `mountinfo` (the bytes of a `/proc/<pid>/mountinfo`) says `store` is not the root

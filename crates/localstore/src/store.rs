@@ -84,6 +84,40 @@ pub struct Capacity {
     pub reserve_bytes: u64,
     /// `free_bytes - reserve_bytes`, never negative: what a create may ask for.
     pub available_bytes: u64,
+    /// Inodes available to unprivileged users on the store's filesystem (`f_favail`).
+    pub free_inodes: u64,
+}
+
+/// How full a filesystem is, as `statvfs(3)` reports it for unprivileged users, in bytes and
+/// inodes: what NodeGetVolumeStats reports for a volume.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Usage {
+    /// The filesystem's size in bytes.
+    pub total_bytes: u64,
+    /// Bytes in use (`f_blocks - f_bfree` blocks).
+    pub used_bytes: u64,
+    /// Bytes available to unprivileged users.
+    pub available_bytes: u64,
+    /// The filesystem's inodes.
+    pub total_inodes: u64,
+    /// Inodes in use.
+    pub used_inodes: u64,
+    /// Inodes available to unprivileged users.
+    pub available_inodes: u64,
+}
+
+impl Usage {
+    fn of(st: &rustix::fs::StatVfs) -> Self {
+        let block = st.f_frsize;
+        Usage {
+            total_bytes: st.f_blocks.saturating_mul(block),
+            used_bytes: st.f_blocks.saturating_sub(st.f_bfree).saturating_mul(block),
+            available_bytes: st.f_bavail.saturating_mul(block),
+            total_inodes: st.f_files,
+            used_inodes: st.f_files.saturating_sub(st.f_ffree),
+            available_inodes: st.f_favail,
+        }
+    }
 }
 
 /// A directory store of local volumes, as laid out in DESIGN.md 3.2.
@@ -281,7 +315,56 @@ impl Store {
             free_bytes,
             reserve_bytes: self.reserve_bytes,
             available_bytes: free_bytes.saturating_sub(self.reserve_bytes),
+            free_inodes: st.f_favail,
         })
+    }
+
+    /// The usage of the store's filesystem.
+    pub fn usage(&self) -> Result<Usage, Error> {
+        let st = rustix::fs::fstatvfs(&self.root_fd)
+            .map_err(|e| Error::io("statvfs", &self.root, e.into()))?;
+        Ok(Usage::of(&st))
+    }
+
+    /// The usage of the filesystem a volume's data directory is on (its own disk, when the
+    /// volume is a mount), reached from the store's root without following a symlink.
+    pub fn volume_usage(&self, volume_id: &VolumeId) -> Result<Usage, Error> {
+        self.local(volume_id)?;
+        let path = self.data_dir(volume_id);
+        let dir = fsio::open_dir(self.root_fd.as_fd(), &volume_id.to_string())
+            .map_err(|e| Error::io("open", &path, e))?;
+        let st = rustix::fs::fstatvfs(&dir).map_err(|e| Error::io("statvfs", &path, e.into()))?;
+        Ok(Usage::of(&st))
+    }
+
+    /// Checks that the store is still where it was opened: the metadata directory it holds
+    /// open still has its name under the root (asked of the kernel's cache, without a
+    /// round trip to the filesystem), and the filesystem answers `statvfs`.
+    pub fn check(&self) -> Result<(), Error> {
+        let held = rustix::fs::fstat(&self.metadata_fd)
+            .map_err(|e| Error::io("stat", &self.metadata_path, e.into()))?;
+        let named = rustix::fs::statx(
+            &self.root_fd,
+            METADATA_DIR,
+            AtFlags::SYMLINK_NOFOLLOW | AtFlags::STATX_DONT_SYNC,
+            rustix::fs::StatxFlags::INO,
+        )
+        .map_err(|e| match e {
+            Errno::NOENT => Error::unsafe_store(&self.metadata_path, "is gone"),
+            e => Error::io("stat", &self.metadata_path, e.into()),
+        })?;
+        let same_dev = (named.stx_dev_major, named.stx_dev_minor)
+            == (
+                rustix::fs::major(held.st_dev),
+                rustix::fs::minor(held.st_dev),
+            );
+        if named.stx_ino != held.st_ino || !same_dev {
+            return Err(Error::unsafe_store(
+                &self.metadata_path,
+                "is not the metadata directory the store opened",
+            ));
+        }
+        self.capacity().map(drop)
     }
 
     /// Reads a volume's record, checking that it is consistent with its file name.

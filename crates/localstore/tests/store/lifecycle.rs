@@ -692,3 +692,48 @@ fn errors_name_the_value() {
     .to_string();
     assert_eq!(msg, "requested 7 bytes but only 3 are available");
 }
+
+#[test]
+fn usage_and_check_answer_for_the_store_and_its_volumes() {
+    require_root!();
+    let root = Root::new();
+    let store = root.open();
+    let vol = store.create(&request("pvc-usage")).unwrap();
+    let whole = store.usage().unwrap();
+    assert!(
+        whole.total_bytes > 0 && whole.used_bytes <= whole.total_bytes,
+        "{whole:?}"
+    );
+    assert!(whole.available_inodes <= whole.total_inodes);
+    let volume = store.volume_usage(&vol.volume_id).unwrap();
+    assert_eq!(
+        volume.total_bytes, whole.total_bytes,
+        "the same filesystem here"
+    );
+    let capacity = store.capacity().unwrap();
+    assert!(capacity.free_inodes > 0);
+    store.check().unwrap();
+
+    // The data directory swapped for a symbolic link is not followed.
+    let data = store.data_dir(&vol.volume_id);
+    fs::remove_dir(&data).unwrap();
+    std::os::unix::fs::symlink("/", &data).unwrap();
+    let err = store.volume_usage(&vol.volume_id).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Io, "{err}");
+    fs::remove_file(&data).unwrap();
+    fs::create_dir(&data).unwrap();
+
+    // The metadata directory moved away: the store is no longer where it was opened.
+    let metadata = root.path().join(localstore::METADATA_DIR);
+    let moved = root.path().join("moved");
+    fs::rename(&metadata, &moved).unwrap();
+    let err = store.check().unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::UnsafeStore, "{err}");
+    // Another directory under the name is not the one the store holds open either.
+    fs::create_dir(&metadata).unwrap();
+    let err = store.check().unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::UnsafeStore, "{err}");
+    fs::remove_dir(&metadata).unwrap();
+    fs::rename(&moved, &metadata).unwrap();
+    store.check().unwrap();
+}
