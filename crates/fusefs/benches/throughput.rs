@@ -45,16 +45,15 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use fusefs::testing::WorkerVolume;
 use fusefs::{FileService, Fs, FsConfig, Mounted};
 use lease_client::protocol::{ROOT_INO, ROOT_INODE_GENERATION};
 use lease_client::v1;
 use lease_client::v1::reply::Result as ReplyResult;
 use lease_client::v1::request::Op;
 use lease_client::{Budgets, Client, HttpsTransport};
-use worker::testing::{Pki, leader, volume};
-use worker::{AccessMode, Server, Timings};
+use worker::{AccessMode, Timings};
 
-const TOKEN: &str = "fusefs-bench-token";
 const VOLUME: &str = "v1.fusefs-bench";
 const MIB: usize = 1 << 20;
 const PAGE: usize = 4 << 10;
@@ -402,7 +401,7 @@ fn run_workloads(
 /// The reference worker serving one RWX volume, and a fusefs mount of it.
 struct Replicated {
     _state: tempfile::TempDir,
-    server: Option<Server>,
+    volume: Option<WorkerVolume>,
     mounted: Option<Mounted<Timed<Client<HttpsTransport>>>>,
     backing: PathBuf,
     stats: Arc<CallStats>,
@@ -411,20 +410,10 @@ struct Replicated {
 impl Replicated {
     async fn start(work: &Path, call_data_bytes: usize) -> Replicated {
         let state = tempfile::tempdir_in(work).unwrap();
-        let pki = Pki::generate("fusefs-bench").unwrap();
-        let spec = volume(VOLUME, AccessMode::Rwx);
-        let server = leader(
-            &pki,
-            &state.path().join("worker"),
-            std::slice::from_ref(&spec),
-            TOKEN,
-            Timings::default(),
-        )
-        .await
-        .unwrap();
-        let client =
-            worker::testing::client(&pki, &spec, &server.endpoint(), TOKEN, Budgets::default())
-                .unwrap();
+        let volume = WorkerVolume::start(state.path(), VOLUME, AccessMode::Rwx, Timings::default())
+            .await
+            .unwrap();
+        let client = volume.client(Budgets::default());
         let stats = Arc::new(CallStats::default());
         let client = Timed {
             inner: client,
@@ -438,14 +427,10 @@ impl Replicated {
         let mount_point = state.path().join("mnt");
         fs::create_dir(&mount_point).unwrap();
         let mounted = fusefs::mount(fs, VOLUME, &mount_point).await.unwrap();
-        let backing = state
-            .path()
-            .join("worker/volumes")
-            .join(VOLUME)
-            .join("data");
+        let backing = volume.backing_dir();
         Replicated {
             _state: state,
-            server: Some(server),
+            volume: Some(volume),
             mounted: Some(mounted),
             backing,
             stats,
@@ -460,8 +445,8 @@ impl Replicated {
         if let Some(mut mounted) = self.mounted.take() {
             mounted.unmount(Duration::from_secs(15)).await.unwrap();
         }
-        if let Some(server) = self.server.take() {
-            server.stop().await;
+        if let Some(volume) = self.volume.take() {
+            volume.stop().await;
         }
     }
 }

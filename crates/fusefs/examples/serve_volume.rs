@@ -18,15 +18,12 @@
 
 use std::path::PathBuf;
 use std::process::{Command, ExitCode};
-use std::sync::Arc;
 use std::time::Duration;
 
-use fusefs::{Fs, FsConfig};
+use fusefs::FsConfig;
+use fusefs::testing::WorkerVolume;
 use lease_client::Budgets;
-use worker::testing::{Pki, leader, volume};
 use worker::{AccessMode, Timings};
-
-const TOKEN: &str = "serve-volume-token";
 
 type Failure = Box<dyn std::error::Error>;
 
@@ -62,25 +59,20 @@ fn serve(
         .worker_threads(4)
         .enable_all()
         .build()?;
-    let pki = Pki::generate("serve-volume")?;
-    let spec = volume("v1.serve-volume", AccessMode::Rwx);
-    let server = rt.block_on(leader(
-        &pki,
+    let volume = rt.block_on(WorkerVolume::start(
         state.path(),
-        std::slice::from_ref(&spec),
-        TOKEN,
+        "v1.serve-volume",
+        AccessMode::Rwx,
         Timings::default(),
     ))?;
-    let client =
-        worker::testing::client(&pki, &spec, &server.endpoint(), TOKEN, Budgets::default())?;
-    let fs = Arc::new(Fs::new(client, FsConfig::default()));
-    let mut mounted = rt.block_on(fusefs::mount(fs, &spec.volume_id, &mount_point))?;
+    let mut mounted =
+        rt.block_on(volume.mount(&mount_point, Budgets::default(), FsConfig::default()))?;
 
     // Spawned from this thread, the command runs in the private mount namespace.
     let status = Command::new(program).args(args).status();
 
     let unmounted = rt.block_on(mounted.unmount(Duration::from_secs(15)));
-    rt.block_on(server.stop());
+    rt.block_on(volume.stop());
     let status = status?;
     unmounted?;
     Ok(match status.code() {

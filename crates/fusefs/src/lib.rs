@@ -66,6 +66,8 @@ mod fs;
 mod mount;
 mod nodes;
 mod service;
+#[cfg(feature = "testing")]
+pub mod testing;
 
 pub use adapter::FuseAdapter;
 pub use errno::{Errno, MAX_ERRNO, errno_of};

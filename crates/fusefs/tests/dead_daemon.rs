@@ -9,17 +9,15 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
-use std::sync::Arc;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use fusefs::{FS_TYPE, Fs, FsConfig};
+use fusefs::testing::WorkerVolume;
+use fusefs::{FS_TYPE, FsConfig};
 use mounter::{LinuxMounter, MountCalls, Mounter, Probe, TargetRoot};
-use worker::testing::{Pki, client, leader, volume};
 use worker::{AccessMode, Timings};
 
 const CHILD_ENV: &str = "FUSEFS_DEAD_DAEMON_MOUNT";
-const TOKEN: &str = "dead-daemon-token";
 /// How long a kernel-only answer may take, generously: a request to a frozen daemon never
 /// comes back at all.
 const PROMPT: Duration = Duration::from_secs(5);
@@ -40,33 +38,26 @@ fn dead_daemon_child() {
     // Beside the mount point, inside the parent test's temporary directory, which removes it:
     // this process is killed and cleans up nothing.
     let state = mount_point.with_extension("state");
-    let pki = Pki::generate("dead-daemon").unwrap();
-    let spec = volume("v1.dead-daemon", AccessMode::Rwx);
     rt.block_on(async {
-        let server = leader(
-            &pki,
+        let volume = WorkerVolume::start(
             &state,
-            std::slice::from_ref(&spec),
-            TOKEN,
+            "v1.dead-daemon",
+            AccessMode::Rwx,
             Timings::default(),
         )
         .await
         .unwrap();
-        let client = client(
-            &pki,
-            &spec,
-            &server.endpoint(),
-            TOKEN,
-            lease_client::Budgets::default(),
-        )
-        .unwrap();
-        let fs = Arc::new(Fs::new(client, FsConfig::default()));
-        let mounted = fusefs::mount(fs, &spec.volume_id, &mount_point)
+        let mounted = volume
+            .mount(
+                &mount_point,
+                lease_client::Budgets::default(),
+                FsConfig::default(),
+            )
             .await
             .unwrap();
         std::fs::write(mount_point.with_extension("ready"), b"").unwrap();
         std::future::pending::<()>().await;
-        drop((mounted, server));
+        drop((mounted, volume));
     });
 }
 

@@ -25,12 +25,11 @@ use std::fs;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use fusefs::{Fs, FsConfig};
+use fusefs::FsConfig;
+use fusefs::testing::WorkerVolume;
 use lease_client::Budgets;
-use worker::testing::{Pki, leader, volume};
 use worker::{AccessMode, Timings};
 
 /// The cases that fail on purpose, each with the `SEMANTICS.md` entry that says why.
@@ -38,7 +37,6 @@ const EXPECTED_FAILURES: &[(&str, &str)] = &[];
 
 /// Long enough for the whole suite on a loaded two-core machine; a hang ends here.
 const SUITE_TIMEOUT: Duration = Duration::from_secs(20 * 60);
-const TOKEN: &str = "fusefs-pjdfstest-token";
 
 fn path_dirs() -> Vec<PathBuf> {
     std::env::var_os("PATH")
@@ -262,23 +260,16 @@ fn pjdfstest_passes_except_the_documented_cases() {
         .enable_all()
         .build()
         .unwrap();
-    let pki = Pki::generate("fusefs-pjdfstest").unwrap();
-    let spec = volume("v1.fusefs-pjdfstest", AccessMode::Rwx);
-    let server = rt
-        .block_on(leader(
-            &pki,
-            &dir.path().join("worker"),
-            std::slice::from_ref(&spec),
-            TOKEN,
+    let volume = rt
+        .block_on(WorkerVolume::start(
+            dir.path(),
+            "v1.fusefs-pjdfstest",
+            AccessMode::Rwx,
             Timings::default(),
         ))
         .unwrap();
-    let client =
-        worker::testing::client(&pki, &spec, &server.endpoint(), TOKEN, Budgets::default())
-            .unwrap();
-    let fs = Arc::new(Fs::new(client, FsConfig::default()));
     let mut mounted = rt
-        .block_on(fusefs::mount(fs, &spec.volume_id, &mount_point))
+        .block_on(volume.mount(&mount_point, Budgets::default(), FsConfig::default()))
         .unwrap();
 
     let suite = Invocation {
@@ -294,7 +285,7 @@ fn pjdfstest_passes_except_the_documented_cases() {
 
     rt.block_on(mounted.unmount(Duration::from_secs(15)))
         .unwrap();
-    rt.block_on(server.stop());
+    rt.block_on(volume.stop());
 
     // The EROFS run's verdicts replace the second run's skips.
     let mut outcome = Outcome::parse(&runs[1].report);

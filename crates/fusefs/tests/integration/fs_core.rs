@@ -426,7 +426,11 @@ fn client_with(volume: &Volume, change: impl FnOnce(&mut ClientConfig)) -> TestF
     change(&mut config);
     let transport = HttpsTransport::with_credentials(
         &config.budgets,
-        &volume.pki.credentials(crate::support::TOKEN).unwrap(),
+        &volume
+            .worker
+            .pki()
+            .credentials(fusefs::testing::TOKEN)
+            .unwrap(),
     );
     Fs::new(Client::new(config, transport), FsConfig::default())
 }
@@ -471,7 +475,7 @@ fn each_failure_class_has_its_errno() {
             // Wrong credentials: EACCES.
             let budgets = budgets();
             let config = volume.client().config().clone();
-            let credentials = volume.pki.credentials("not-the-token").unwrap();
+            let credentials = volume.worker.pki().credentials("not-the-token").unwrap();
             let fs = Fs::new(
                 Client::new(
                     config,

@@ -2,22 +2,20 @@
 //! watchdog, a snapshot of a directory tree, and a way to act as another user.
 
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
 use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
+use fusefs::testing::WorkerVolume;
 use fusefs::{Fs, FsConfig, Mounted};
 use lease_client::protocol::MountEpoch;
 use lease_client::{Budgets, Client, HttpsTransport, LeaseConfig, MountLease, RenewalTask};
 use tempfile::TempDir;
-use worker::testing::{Pki, leader, volume};
-use worker::{AccessMode, Config, Server, SystemClock, Timings, Tokens, VolumeSpec};
+use worker::{AccessMode, Server, Timings, VolumeSpec};
 
 /// Every duration is the default times this factor: a 1.5 s call budget, a 9 s lease.
 pub(crate) const SCALE: f64 = 0.1;
-pub(crate) const TOKEN: &str = "fusefs-test-token";
 
 pub(crate) type TestFs = Fs<Client<HttpsTransport>>;
 
@@ -26,14 +24,12 @@ pub(crate) fn budgets() -> Budgets {
     Budgets::default().scaled(SCALE)
 }
 
-/// A worker serving one volume from a temporary directory.
+/// A worker serving one volume from a temporary directory (`fusefs::testing::WorkerVolume`),
+/// with the mount points of the test inside it.
 pub(crate) struct Volume {
     pub(crate) dir: TempDir,
-    pub(crate) pki: Pki,
+    pub(crate) worker: WorkerVolume,
     pub(crate) spec: VolumeSpec,
-    pub(crate) server: Option<Server>,
-    timings: Timings,
-    address: SocketAddr,
 }
 
 impl Volume {
@@ -63,68 +59,41 @@ impl Volume {
     }
 
     async fn start_in(dir: TempDir, access_mode: AccessMode, timings: Timings) -> Volume {
-        let pki = Pki::generate("fusefs").unwrap();
-        let spec = volume("v1.fusefs-test", access_mode);
-        let server = leader(
-            &pki,
-            &dir.path().join("worker"),
-            std::slice::from_ref(&spec),
-            TOKEN,
-            timings,
-        )
-        .await
-        .unwrap();
-        let address = server.local_addr();
-        Volume {
-            dir,
-            pki,
-            spec,
-            server: Some(server),
-            timings,
-            address,
-        }
+        let worker = WorkerVolume::start(dir.path(), "v1.fusefs-test", access_mode, timings)
+            .await
+            .unwrap();
+        let spec = worker.spec().clone();
+        Volume { dir, worker, spec }
     }
 
     pub(crate) fn server(&self) -> &Server {
-        self.server.as_ref().unwrap()
+        self.worker.server()
     }
 
     /// The worker's one endpoint; it stays the same across [`Volume::stop_worker`] and
     /// [`Volume::start_worker_again`].
     pub(crate) fn endpoint(&self) -> String {
-        self.address.to_string()
+        self.worker.endpoint()
     }
 
     /// Stops the worker: its port refuses connections until it is started again.
     pub(crate) async fn stop_worker(&mut self) {
-        self.server.take().unwrap().stop().await;
+        self.worker.stop_worker().await;
     }
 
     /// Starts a worker on the same address and state directory, as a restarted worker
     /// process would: leases, inode numbers and generations survive; open handles do not.
     pub(crate) async fn start_worker_again(&mut self) {
-        assert!(self.server.is_none(), "the worker is running");
-        let mut config = Config::new(self.address, self.dir.path().join("worker"), self.pki.tls());
-        config.timings = self.timings;
-        config.volumes = vec![self.spec.clone()];
-        let server = Server::start(config, Tokens::new([TOKEN]), Arc::new(SystemClock))
-            .await
-            .unwrap();
-        assert_eq!(server.local_addr(), self.address);
-        self.server = Some(server);
+        self.worker.start_worker_again().await.unwrap();
     }
 
     pub(crate) fn client(&self) -> Client<HttpsTransport> {
-        worker::testing::client(&self.pki, &self.spec, &self.endpoint(), TOKEN, budgets()).unwrap()
+        self.worker.client(budgets())
     }
 
     /// Where the worker keeps the volume's files (the backing directory).
     pub(crate) fn backing_dir(&self) -> PathBuf {
-        self.dir
-            .path()
-            .join("worker/volumes")
-            .join(&self.spec.volume_id)
-            .join("data")
+        self.worker.backing_dir()
     }
 
     /// A fresh, empty mount point.
