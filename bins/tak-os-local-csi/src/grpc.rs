@@ -441,41 +441,20 @@ fn node_capabilities() -> NodeGetCapabilitiesResponse {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::{Mutex, PoisonError};
 
     use localstore::{Store, StoreOptions};
     use mounter::{FakeMounter, Mounter, TargetRoot};
 
     use super::*;
     use crate::config::LogFormat;
-    use crate::observe;
+    use crate::observe::{self, Captured};
 
-    /// Log lines written to memory.
-    #[derive(Clone, Default)]
-    struct Captured(Arc<Mutex<Vec<u8>>>);
-
-    impl std::io::Write for Captured {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .extend_from_slice(buf);
-            Ok(buf.len())
-        }
-
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-
-    impl Captured {
-        fn lines(&self) -> Vec<serde_json::Value> {
-            let bytes = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-            String::from_utf8_lossy(&bytes)
-                .lines()
-                .map(|line| serde_json::from_str(line).unwrap())
-                .collect()
-        }
+    /// The JSON log lines `logs` holds.
+    fn lines(logs: &Captured) -> Vec<serde_json::Value> {
+        String::from_utf8_lossy(&logs.bytes())
+            .lines()
+            .map(|line| serde_json::from_str(line).unwrap())
+            .collect()
     }
 
     fn driver(dir: &std::path::Path) -> Arc<Driver> {
@@ -572,7 +551,7 @@ mod tests {
             })
         });
 
-        let lines = logs.lines();
+        let lines = lines(&logs);
         let operations: Vec<&str> = lines
             .iter()
             .map(|line| line["operation"].as_str().unwrap())

@@ -168,28 +168,40 @@ pub async fn bind_http(address: SocketAddr) -> anyhow::Result<tokio::net::TcpLis
     Ok(tokio::net::TcpListener::bind(address).await?)
 }
 
+/// Log output written to memory, for the tests of what the driver logs.
+#[cfg(test)]
+#[derive(Clone, Default)]
+pub(crate) struct Captured(Arc<std::sync::Mutex<Vec<u8>>>);
+
+#[cfg(test)]
+impl Captured {
+    /// Everything written so far.
+    pub(crate) fn bytes(&self) -> Vec<u8> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+}
+
+#[cfg(test)]
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use std::sync::{Arc, Mutex, PoisonError};
-
     use super::*;
-
-    #[derive(Clone, Default)]
-    struct Captured(Arc<Mutex<Vec<u8>>>);
-
-    impl std::io::Write for Captured {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .extend_from_slice(buf);
-            Ok(buf.len())
-        }
-
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
 
     fn logged(format: LogFormat, ansi: bool) -> String {
         let captured = Captured::default();
@@ -203,8 +215,7 @@ mod tests {
         tracing::subscriber::with_default(subscriber, || {
             tracing::warn!(operation = "Probe", outcome = "unavailable", "a line");
         });
-        let bytes = captured.0.lock().unwrap_or_else(PoisonError::into_inner);
-        String::from_utf8_lossy(&bytes).into_owned()
+        String::from_utf8_lossy(&captured.bytes()).into_owned()
     }
 
     #[test]
