@@ -131,11 +131,27 @@ pub fn temp_name(name: impl AsRef<OsStr>) -> OsString {
     temp
 }
 
+/// `name` if it is one name inside the directory: not empty, `.` or `..`, and without a `/`
+/// (which would make the calls walk, and follow, the components before it).
+fn single_name(name: &OsStr) -> Result<&OsStr, Error> {
+    use std::os::unix::ffi::OsStrExt as _;
+    let bytes = name.as_bytes();
+    if bytes.is_empty() || bytes == b"." || bytes == b".." || bytes.contains(&b'/') {
+        return Err(Error::new(
+            "use as a file name",
+            name,
+            io::Error::new(io::ErrorKind::InvalidInput, "not a single file name"),
+        ));
+    }
+    Ok(name)
+}
+
 /// Writes `bytes` as the file `name` in `dir`, durably; see the crate docs for the steps.
 ///
 /// # Errors
-/// The step that failed; the temp file is removed on a best-effort basis, and the name holds
-/// what it held before unless the failure came after the rename (the directory's fsync).
+/// A `name` that is not a single file name (empty, `.`, `..`, or with a `/`); else the step
+/// that failed: the temp file is removed on a best-effort basis, and the name holds what it
+/// held before unless the failure came after the rename (the directory's fsync).
 pub fn write(
     dir: BorrowedFd<'_>,
     name: impl AsRef<OsStr>,
@@ -156,7 +172,7 @@ pub fn write_observed(
     options: Options,
     observe: &mut dyn FnMut(Step),
 ) -> Result<Outcome, Error> {
-    let name = name.as_ref();
+    let name = single_name(name.as_ref())?;
     let temp = temp_name(name);
     remove_temp(dir, name)?;
     let written = write_temp(dir, &temp, bytes, options.mode).and_then(|()| {
@@ -235,7 +251,7 @@ fn rename(
 /// # Errors
 /// When the unlink fails for another reason than the file being absent.
 pub fn remove_temp(dir: BorrowedFd<'_>, name: impl AsRef<OsStr>) -> Result<(), Error> {
-    let temp = temp_name(name);
+    let temp = temp_name(single_name(name.as_ref())?);
     match rustix::fs::unlinkat(dir, &temp, AtFlags::empty()) {
         Ok(()) | Err(Errno::NOENT) => Ok(()),
         Err(e) => Err(Error::new("remove stale temp file", &temp, e)),
@@ -248,7 +264,7 @@ pub fn remove_temp(dir: BorrowedFd<'_>, name: impl AsRef<OsStr>) -> Result<(), E
 /// # Errors
 /// The unlink or the directory's fsync.
 pub fn remove(dir: BorrowedFd<'_>, name: impl AsRef<OsStr>) -> Result<bool, Error> {
-    let name = name.as_ref();
+    let name = single_name(name.as_ref())?;
     match rustix::fs::unlinkat(dir, name, AtFlags::empty()) {
         Ok(()) => {
             sync_dir(dir, name)?;

@@ -31,7 +31,12 @@ const CREATE: Options = Options {
 fn a_write_gives_the_exact_mode_and_leaves_no_temp_file() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = open(tmp.path());
-    let outcome = durable::write(dir.as_fd(), "a", b"one", REPLACE).unwrap();
+    // A umask that would narrow 0640 to 0600: the mode must come out exact all the same.
+    // (The umask is the process's; the other tests set their modes exactly too.)
+    let old = rustix::process::umask(rustix::fs::Mode::from_raw_mode(0o077));
+    let outcome = durable::write(dir.as_fd(), "a", b"one", REPLACE);
+    rustix::process::umask(old);
+    let outcome = outcome.unwrap();
     assert_eq!(outcome, Outcome::Written);
     assert_eq!(fs::read(tmp.path().join("a")).unwrap(), b"one");
     assert_eq!(mode(&tmp.path().join("a")), 0o640);
@@ -161,4 +166,22 @@ fn a_failure_names_its_step_and_file_and_changes_nothing() {
     );
     assert_eq!(fs::read(tmp.path().join("y")).unwrap(), b"kept");
     assert!(blocker.join("inside").exists());
+}
+
+#[test]
+fn only_a_single_file_name_is_accepted() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = open(tmp.path());
+    fs::create_dir(tmp.path().join("sub")).unwrap();
+    for bad in ["", ".", "..", "sub/x", "/etc/x", "x/"] {
+        let err = durable::write(dir.as_fd(), bad, b"x", REPLACE).unwrap_err();
+        assert_eq!(
+            err.io_error().kind(),
+            std::io::ErrorKind::InvalidInput,
+            "{bad:?}"
+        );
+        assert!(durable::remove(dir.as_fd(), bad).is_err(), "{bad:?}");
+        assert!(durable::remove_temp(dir.as_fd(), bad).is_err(), "{bad:?}");
+    }
+    assert!(!tmp.path().join("sub/x").exists());
 }

@@ -109,19 +109,21 @@ pub async fn mount<S: FileService>(
             path: path.to_owned(),
             source,
         })?;
-    let mut mounted = Mounted {
+    // Until it is known, fuse3's handle owns the mount: an error here drops it, and it
+    // unmounts what it has just mounted.
+    let device = mount_device(path)?;
+    let renewal = tokio::spawn({
+        let fs = Arc::clone(&fs);
+        async move { fs.run_handle_renewal().await }
+    });
+    Ok(Mounted {
         handle: Some(handle),
-        fs: Arc::clone(&fs),
-        tasks: Vec::new(),
+        fs,
+        tasks: vec![renewal],
         path: path.to_owned(),
         volume_id: volume_id.to_owned(),
-        device: (0, 0),
-    };
-    mounted.device = mount_device(path)?;
-    mounted
-        .tasks
-        .push(tokio::spawn(async move { fs.run_handle_renewal().await }));
-    Ok(mounted)
+        device,
+    })
 }
 
 /// The device of the mount at `path`, learned without sending the filesystem a request

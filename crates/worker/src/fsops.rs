@@ -661,9 +661,10 @@ impl Volume {
         let name = name(&r.name)?;
         let existed = rustix::fs::statat(&dir, name, AtFlags::SYMLINK_NOFOLLOW).is_ok();
         // Made by another client since the kernel looked: truncating it is an open with
-        // O_TRUNC, and drops privileges as one.
+        // O_TRUNC, and drops privileges as one (with O_EXCL the open fails and changes nothing).
         if existed
             && r.flags & libc::O_TRUNC as u32 != 0
+            && r.flags & libc::O_EXCL as u32 == 0
             && let Opener::Unprivileged(writer_gid) = Opener::of(r.caller.as_ref())
         {
             let fd = rustix::fs::openat(

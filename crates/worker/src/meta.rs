@@ -363,8 +363,9 @@ fn write_durably(path: &Path, contents: &[u8]) -> Result<(), Error> {
     let dir_path = path.parent().unwrap_or(Path::new("."));
     let name = path.file_name().unwrap_or_default();
     let dir = open_dir(dir_path)?;
+    // Root's only: the checkpoint holds the lease and its mount epoch.
     let options = durable::Options {
-        mode: 0o644,
+        mode: 0o600,
         replace: durable::Replace::Yes,
     };
     durable::write(dir.as_fd(), name, contents, options)

@@ -61,10 +61,11 @@ fn concat(mut parts: Vec<Bytes>) -> Bytes {
     whole.freeze()
 }
 
-/// The bytes a write call's result says were written; `None` for a result of another kind.
-fn written_by(result: &ReplyResult) -> Option<usize> {
-    match result {
-        ReplyResult::Write(reply) | ReplyResult::WriteKillSuidgid(reply) => {
+/// The bytes a write call's result says were written; `None` for a result of another kind
+/// than the call (`write_kill_suidgid` when `kill_suidgid`, else `write`).
+fn written_by(result: &ReplyResult, kill_suidgid: bool) -> Option<usize> {
+    match (result, kill_suidgid) {
+        (ReplyResult::Write(reply), false) | (ReplyResult::WriteKillSuidgid(reply), true) => {
             Some(reply.written as usize)
         }
         _ => None,
@@ -169,7 +170,7 @@ impl<S: FileService> Fs<S> {
                 }),
             };
             let reply = self.send(op).await;
-            let whole = matches!(&reply, Ok(result) if written_by(result) == Some(chunk.len()));
+            let whole = matches!(&reply, Ok(result) if written_by(result, flags.kill_suidgid) == Some(chunk.len()));
             if !whole {
                 stopped.store(true, Ordering::Release);
             }
@@ -183,7 +184,7 @@ impl<S: FileService> Fs<S> {
         let mut written = 0usize;
         for (len, reply) in replies {
             let n = match reply {
-                Some(Ok(reply)) => match written_by(&reply) {
+                Some(Ok(reply)) => match written_by(&reply, flags.kill_suidgid) {
                     Some(n) => n,
                     None => expect!(reply, Write).written as usize,
                 },
