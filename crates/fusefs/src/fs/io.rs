@@ -184,10 +184,8 @@ impl<S: FileService> Fs<S> {
         let mut written = 0usize;
         for (len, reply) in replies {
             let n = match reply {
-                Some(Ok(reply)) => match written_by(&reply, flags.kill_suidgid) {
-                    Some(n) => n,
-                    None => expect!(reply, Write).written as usize,
-                },
+                Some(Ok(reply)) => written_by(&reply, flags.kill_suidgid)
+                    .ok_or(Error::malformed("write", "it answers another operation"))?,
                 Some(Err(error)) if written == 0 => return Err(error),
                 Some(Err(_)) | None => break,
             };

@@ -551,3 +551,29 @@ async fn a_readdirplus_entry_counts_as_a_lookup_only_once_the_next_one_is_pulled
         "the end of the listing counts the last one"
     );
 }
+
+/// A worker that answers every call as a plain write of everything it was sent.
+struct PlainWrites;
+
+impl FileService for PlainWrites {
+    fn call(&self, op: Op) -> impl Future<Output = Result<ReplyResult, Error>> + Send {
+        let written = op.data_len() as u32;
+        std::future::ready(Ok(ReplyResult::Write(v1::WriteReply { written })))
+    }
+}
+
+#[tokio::test]
+async fn a_write_that_must_drop_set_id_bits_refuses_a_plain_write_reply() {
+    let fs = Fs::new(PlainWrites, FsConfig::default());
+    let killing = WriteFlags::from_request(0, FUSE_WRITE_KILL_SUIDGID);
+    let error = fs
+        .write(caller(), ROOT_NODE, 1, 0, b"data", killing)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(error, crate::Error::MalformedReply { op: "write", .. }),
+        "{error:?}"
+    );
+    let plain = fs.write(caller(), ROOT_NODE, 1, 0, b"data", WriteFlags::default());
+    assert_eq!(plain.await.unwrap().written, 4);
+}
