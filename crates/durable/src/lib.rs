@@ -11,8 +11,11 @@
 //! [`write_observed`] reports each [`Step`] as it is reached, so crash tests can stop a writer
 //! between any two of them.
 //!
-//! What this crate does not do: choose file names or formats, read files back (callers check
-//! what they read in their own terms), lock (the caller keeps two writers of one name apart:
+//! [`read`] (or [`open`] then [`Opened::read`]) reads such a file back with the same care: no
+//! link is followed, nothing but a regular file is opened, and a size limit holds; callers check
+//! ownership, mode and contents in their own terms.
+//!
+//! What this crate does not do: choose file names or formats, lock (the caller keeps two writers of one name apart:
 //! the temp name is fixed so that a leftover is recognised), or make a new directory durable in
 //! its parent.
 //!
@@ -34,6 +37,10 @@
 //! ```
 
 #![deny(missing_docs)]
+
+mod read;
+
+pub use read::{Opened, ReadError, open, read};
 
 use std::ffi::{OsStr, OsString};
 use std::io::{self, Write as _};

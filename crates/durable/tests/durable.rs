@@ -185,3 +185,68 @@ fn only_a_single_file_name_is_accepted() {
     }
     assert!(!tmp.path().join("sub/x").exists());
 }
+
+#[test]
+fn a_read_returns_what_a_write_wrote_and_none_for_a_missing_name() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = open(tmp.path());
+    assert!(durable::read(dir.as_fd(), "a", 16).unwrap().is_none());
+    durable::write(dir.as_fd(), "a", b"sixteen bytes!!!", CREATE).unwrap();
+    assert_eq!(
+        durable::read(dir.as_fd(), "a", 16).unwrap().unwrap(),
+        b"sixteen bytes!!!"
+    );
+    let opened = durable::open(dir.as_fd(), "a").unwrap().unwrap();
+    assert_eq!(opened.stat().st_mode & 0o7777, 0o600);
+    assert_eq!(opened.read(16).unwrap().len(), 16);
+}
+
+#[test]
+fn a_read_refuses_a_file_over_the_limit() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = open(tmp.path());
+    durable::write(dir.as_fd(), "a", &[7; 17], CREATE).unwrap();
+    let error = durable::read(dir.as_fd(), "a", 16).unwrap_err();
+    assert!(
+        matches!(
+            error,
+            durable::ReadError::TooLarge {
+                size: 17,
+                limit: 16,
+                ..
+            }
+        ),
+        "{error:?}"
+    );
+}
+
+#[test]
+fn a_read_follows_no_link_and_opens_nothing_but_a_regular_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = open(tmp.path());
+    fs::write(tmp.path().join("target"), b"secret").unwrap();
+    std::os::unix::fs::symlink("target", tmp.path().join("link")).unwrap();
+    fs::create_dir(tmp.path().join("sub")).unwrap();
+    rustix::fs::mknodat(
+        dir.as_fd(),
+        "fifo",
+        rustix::fs::FileType::Fifo,
+        rustix::fs::Mode::from_raw_mode(0o600),
+        0,
+    )
+    .unwrap();
+    let error = durable::read(dir.as_fd(), "link", 64).unwrap_err();
+    assert!(
+        matches!(error, durable::ReadError::Symlink { .. }),
+        "{error:?}"
+    );
+    for name in ["sub", "fifo"] {
+        // Neither is opened: the name is looked at before the open.
+        let error = durable::read(dir.as_fd(), name, 64).unwrap_err();
+        assert!(
+            matches!(error, durable::ReadError::NotRegularFile { .. }),
+            "{name}: {error:?}"
+        );
+        assert!(error.to_string().contains(name), "{error}");
+    }
+}

@@ -2,7 +2,7 @@
 //! for a symlink after the store opened is never followed.
 
 use std::ffi::{CStr, OsStr};
-use std::io::{self, Read};
+use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
@@ -75,33 +75,12 @@ pub(crate) fn read_record_file(
     path: &Path,
     name: &str,
 ) -> Result<Option<Vec<u8>>, Error> {
-    let fd = match rustix::fs::openat(
-        dir,
-        name,
-        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC,
-        Mode::empty(),
-    ) {
-        Ok(fd) => fd,
-        Err(Errno::NOENT) => return Ok(None),
-        Err(Errno::LOOP) => return Err(Error::corrupt(path, "is a symlink")),
-        Err(e) => return Err(Error::io("open record", path, e.into())),
-    };
-    let stat = rustix::fs::fstat(&fd).map_err(|e| Error::io("stat record", path, e.into()))?;
-    if FileType::from_raw_mode(stat.st_mode) != FileType::RegularFile {
-        return Err(Error::corrupt(path, "is not a regular file"));
-    }
-    if u64::try_from(stat.st_size).unwrap_or(u64::MAX) > crate::record::MAX_RECORD_BYTES {
-        return Err(Error::corrupt(path, "is too large"));
-    }
-    let mut bytes = Vec::new();
-    std::fs::File::from(fd)
-        .take(crate::record::MAX_RECORD_BYTES + 1)
-        .read_to_end(&mut bytes)
-        .map_err(|e| Error::io("read record", path, e))?;
-    if bytes.len() as u64 > crate::record::MAX_RECORD_BYTES {
-        return Err(Error::corrupt(path, "is too large"));
-    }
-    Ok(Some(bytes))
+    durable::read(dir, name, crate::record::MAX_RECORD_BYTES).map_err(|e| match e {
+        durable::ReadError::Symlink { .. } => Error::corrupt(path, "is a symlink"),
+        durable::ReadError::NotRegularFile { .. } => Error::corrupt(path, "is not a regular file"),
+        durable::ReadError::TooLarge { .. } => Error::corrupt(path, "is too large"),
+        durable::ReadError::Io(e) => Error::io(e.action(), path, e.into_io_error()),
+    })
 }
 
 /// Removes a file below `dir`; `Ok(false)` when it was already gone.
