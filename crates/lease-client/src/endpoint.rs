@@ -25,17 +25,11 @@ impl EndpointSet {
         S: AsRef<str>,
     {
         let mut parsed: Vec<Authority> = Vec::new();
-        for endpoint in endpoints {
-            let endpoint = endpoint.as_ref();
-            let authority = Authority::from_str(endpoint)
-                .ok()
-                .filter(|authority| {
-                    authority.port_u16().is_some()
-                        && !authority.host().is_empty()
-                        && !authority.as_str().contains('@')
-                })
-                .ok_or_else(|| ConfigError::InvalidEndpoint {
-                    endpoint: endpoint.to_owned(),
+        for (index, endpoint) in endpoints.into_iter().enumerate() {
+            let authority =
+                parse(endpoint.as_ref()).map_err(|problem| ConfigError::InvalidEndpoint {
+                    position: index + 1,
+                    problem,
                 })?;
             if !parsed.contains(&authority) {
                 parsed.push(authority);
@@ -77,6 +71,24 @@ impl EndpointSet {
     }
 }
 
+/// One `host:port` endpoint, or what is wrong with it.
+fn parse(endpoint: &str) -> Result<Authority, &'static str> {
+    if endpoint.contains('@') {
+        return Err("it has user information; expected host:port");
+    }
+    if endpoint.contains('/') {
+        return Err("it has a scheme or a path; expected host:port");
+    }
+    let authority = Authority::from_str(endpoint).map_err(|_| "it is not a valid host:port")?;
+    if authority.host().is_empty() {
+        return Err("it has no host; expected host:port");
+    }
+    if authority.port_u16().is_none() {
+        return Err("it has no port; expected host:port");
+    }
+    Ok(authority)
+}
+
 impl fmt::Debug for EndpointSet {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_list().entries(self.iter()).finish()
@@ -102,16 +114,28 @@ mod tests {
         assert_eq!(set.position("a.example:444"), None);
         assert_eq!(set.position("not an endpoint"), None);
         assert_eq!(set.get(4), "127.0.0.1:8443");
-        for bad in [
-            "a.example",
-            "",
-            ":443",
-            "user@a.example:443",
-            "a b:1",
-            "https://a:1",
+        for (bad, problem) in [
+            ("a.example", "no port"),
+            ("", "not a valid host:port"),
+            (":443", "no host"),
+            ("user:secret@a.example:443", "user information"),
+            ("a b:1", "not a valid host:port"),
+            ("https://a:1", "a scheme or a path"),
+            ("a:1/p", "a scheme or a path"),
         ] {
-            assert!(EndpointSet::new([bad]).is_err(), "{bad:?}");
+            let error = EndpointSet::new(["a.example:1", bad]).unwrap_err();
+            let text = error.to_string();
+            assert!(
+                matches!(error, ConfigError::InvalidEndpoint { position: 2, .. }),
+                "{bad:?}: {error:?}"
+            );
+            assert!(text.contains(problem), "{bad:?}: {text}");
+            if !bad.is_empty() {
+                assert!(!text.contains(bad), "{bad:?} is quoted in {text:?}");
+            }
         }
+        let error = EndpointSet::new(["user:secret@a.example:443"]).unwrap_err();
+        assert!(!format!("{error:?}").contains("secret"), "{error:?}");
         assert!(matches!(
             EndpointSet::new(Vec::<String>::new()),
             Err(ConfigError::NoEndpoints)

@@ -133,11 +133,14 @@ impl Error {
 /// [`Credentials::from_pem`](crate::Credentials::from_pem), never by a call.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    /// An endpoint is not `host:port`.
-    #[error("invalid worker endpoint {endpoint:?}: expected host:port")]
+    /// An endpoint is not `host:port`. The endpoint itself is not kept: a refused endpoint
+    /// may carry a credential (`user:password@host`), and this error is made to be logged.
+    #[error("invalid worker endpoint (number {position} in the list): {problem}")]
     InvalidEndpoint {
-        /// The endpoint as given.
-        endpoint: String,
+        /// The endpoint's position in the list as given, counting from 1.
+        position: usize,
+        /// What is wrong with it.
+        problem: &'static str,
     },
     /// The endpoint list is empty.
     #[error("no worker endpoints")]
