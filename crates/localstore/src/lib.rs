@@ -26,7 +26,8 @@
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! # let dir = tempfile::tempdir()?;
 //! # if !rustix::process::geteuid().is_root() { return Ok(()); }
-//! // A store root must be an absolute, root-owned directory, not writable by group or others.
+//! // A store root must be an absolute directory owned by root (or by the driver user), not
+//! // writable by group or others.
 //! let store = Store::open(dir.path(), StoreOptions::new("node-a"))?;
 //!
 //! let request = CreateRequest::new("pvc-1", Capability::mount("SINGLE_NODE_WRITER"))

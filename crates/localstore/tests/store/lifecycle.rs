@@ -622,7 +622,10 @@ fn store_root_must_be_safe() {
     )
     .unwrap();
     let err = open(&real.join("store"));
-    assert!(err.to_string().contains("not root"), "{err}");
+    assert!(
+        err.to_string().contains("neither root nor the driver user"),
+        "{err}"
+    );
     // Nothing was created anywhere.
     assert!(!real.join("store/.metadata").exists());
     assert!(!path.join(".metadata").exists());
