@@ -25,7 +25,6 @@
 //!
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! # let dir = tempfile::tempdir()?;
-//! # if !rustix::process::geteuid().is_root() { return Ok(()); }
 //! // A store root must be an absolute directory owned by root (or by the driver user), not
 //! // writable by group or others.
 //! let store = Store::open(dir.path(), StoreOptions::new("node-a"))?;
