@@ -7,14 +7,7 @@ use crate::error::Error;
 
 /// The full error chain, `outer: cause: cause`, for a status message.
 pub fn chain(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut message = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        message.push_str(": ");
-        message.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    message
+    error_text::chain(error)
 }
 
 /// The gRPC code of an error (DESIGN.md section 4). Exhaustive by design, down to the kinds of

@@ -83,14 +83,7 @@ pub struct Unreadable {
 
 /// An error's message followed by those of its sources, for a report.
 pub(crate) fn describe(error: &Error) -> String {
-    let mut out = error.to_string();
-    let mut source = std::error::Error::source(error);
-    while let Some(e) = source {
-        out.push_str(": ");
-        out.push_str(&e.to_string());
-        source = e.source();
-    }
-    out
+    error_text::chain(error)
 }
 
 impl Store {

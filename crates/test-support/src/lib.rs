@@ -57,16 +57,9 @@ pub fn requires_root(test: &str, why: &str) -> bool {
 }
 
 /// An error and all its sources as one line, `outer: cause: cause`, for assertions and test
-/// output.
+/// output (the workspace's one formatter, `error_text::chain`).
 pub fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
+    error_text::chain(error)
 }
 
 /// Whether the tests run in CI, where a skipped privileged test is a failure.
