@@ -9,6 +9,7 @@ use tokio::sync::Semaphore;
 
 use crate::Error;
 use crate::config::Budgets;
+use crate::config::later;
 use crate::endpoint::EndpointSet;
 use crate::metrics as names;
 use crate::policy::{AttemptOutcome, CallPolicy, Finish, Step};
@@ -203,7 +204,7 @@ impl<T: Transport> Client<T> {
 
     /// Sends a prepared call within one call budget from now (admission included).
     pub async fn send(&self, call: &PreparedCall) -> Result<ReplyResult, Error> {
-        self.send_until(call, Instant::now() + self.shared.config.budgets.call)
+        self.send_until(call, later(Instant::now(), self.shared.config.budgets.call))
             .await
     }
 
@@ -215,7 +216,7 @@ impl<T: Transport> Client<T> {
         deadline: Instant,
     ) -> Result<ReplyResult, Error> {
         let started = Instant::now();
-        let deadline = deadline.min(started + self.shared.config.budgets.call);
+        let deadline = deadline.min(later(started, self.shared.config.budgets.call));
         let result = self.run(call, started, deadline).await;
         let outcome = outcome_label(&result);
         metrics::counter!(names::CALLS, "operation" => call.op, "outcome" => outcome).increment(1);

@@ -102,9 +102,23 @@ impl LeaseConfig {
     }
 }
 
+/// The longest duration any timing is taken to be: far beyond any useful budget or lease, and
+/// far from the end of `Instant`'s range, so adding it to a clock reading never overflows.
+pub(crate) const LONGEST: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+
+/// `now + duration`, with `duration` capped at [`LONGEST`]: a timing set absurdly high waits
+/// a century instead of panicking.
+pub(crate) fn later(now: std::time::Instant, duration: Duration) -> std::time::Instant {
+    now.checked_add(duration.min(LONGEST))
+        .or_else(|| now.checked_add(LONGEST))
+        .unwrap_or(now)
+}
+
 fn scale(duration: Duration, factor: f64) -> Duration {
     if factor.is_finite() && factor > 0.0 {
-        Duration::try_from_secs_f64(duration.as_secs_f64() * factor).unwrap_or(Duration::MAX)
+        Duration::try_from_secs_f64(duration.as_secs_f64() * factor)
+            .unwrap_or(LONGEST)
+            .min(LONGEST)
     } else {
         Duration::ZERO
     }

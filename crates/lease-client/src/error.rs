@@ -105,8 +105,10 @@ pub enum Error {
 }
 
 impl Error {
-    /// True when the failed call's operation was certainly not applied and never will be.
-    /// False for [`Error::Uncertain`] and for errors that are not about a call.
+    /// True when the failed call's operation was certainly not applied and never will be
+    /// (a request that could not even be built counts: it was never sent). False for
+    /// [`Error::Uncertain`], for a reply that makes no sense ([`Error::UnexpectedReply`]:
+    /// the worker did something) and for a failed random source.
     pub fn is_definite(&self) -> bool {
         match self {
             Error::Refused { .. }

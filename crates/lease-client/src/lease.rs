@@ -11,6 +11,7 @@ use tokio::task::JoinHandle;
 use crate::Error;
 use crate::client::{Client, PreparedCall, error_label};
 use crate::config::LeaseConfig;
+use crate::config::later;
 use crate::metrics as names;
 use crate::protocol::{MountEpoch, Refusal};
 use crate::transport::Transport;
@@ -122,7 +123,7 @@ impl<T: Transport> MountLease<T> {
 
     /// Renews the lease once, as a new logical call (each renewal is its own command).
     pub async fn renew(&self) -> Result<LeaseGrant, Error> {
-        self.renew_until(Instant::now() + self.client.config().budgets.call)
+        self.renew_until(later(Instant::now(), self.client.config().budgets.call))
             .await
     }
 
@@ -147,7 +148,7 @@ impl<T: Transport> MountLease<T> {
     }
 
     async fn try_release(&self) -> ReleaseOutcome {
-        let deadline = Instant::now() + self.config.release_budget;
+        let deadline = later(Instant::now(), self.config.release_budget);
         let call = match self
             .client
             .prepare(Op::ReleaseMount(v1::ReleaseMountRequest {}))
@@ -248,9 +249,14 @@ impl RenewalTask {
         status.unwrap_or(LeaseStatus::Stopped)
     }
 
-    /// Stops renewing and returns the last status. A renewal in flight is abandoned.
-    pub async fn stop(self) -> LeaseStatus {
+    /// Stops renewing and returns the last status, once the task has ended. A renewal in flight
+    /// is abandoned (its request may still reach a worker, where a renewal that arrives after
+    /// the release finds no lease to renew).
+    pub async fn stop(mut self) -> LeaseStatus {
         self.handle.abort();
+        // Wait until the task has really ended, so that no renewal is in flight once this
+        // returns (a release sent next must come after the last renewal).
+        let _ = (&mut self.handle).await;
         let status = self.status.borrow().clone();
         match status {
             LeaseStatus::Held { .. } => LeaseStatus::Stopped,
@@ -309,7 +315,7 @@ async fn renewal_loop<T: Transport>(
 
 /// What the renewal task should do next.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum RenewalStep {
+pub(crate) enum RenewalStep {
     /// Sleep until this instant, then poll again.
     Sleep(Instant),
     /// Send a renewal now; it must end by `deadline` (the lease's safe end).
@@ -328,7 +334,7 @@ pub enum RenewalStep {
 /// has passed; or as soon as the worker refuses a renewal definitely for a reason that
 /// means another session or no volume. Once lost, it stays lost.
 #[derive(Debug, Clone)]
-pub struct RenewalSchedule {
+pub(crate) struct RenewalSchedule {
     config: LeaseConfig,
     call_budget: Duration,
     valid_until: Instant,
@@ -339,10 +345,13 @@ pub struct RenewalSchedule {
 impl RenewalSchedule {
     /// The schedule after `grant`, with renewals as `config` says and calls bounded by
     /// `call_budget`.
-    pub fn new(config: LeaseConfig, call_budget: Duration, grant: &LeaseGrant) -> Self {
+    pub(crate) fn new(config: LeaseConfig, call_budget: Duration, grant: &LeaseGrant) -> Self {
         RenewalSchedule {
-            valid_until: grant.sent_at + config.safe_validity(grant.lease, call_budget),
-            next_renewal: grant.sent_at + config.renew_interval,
+            valid_until: later(
+                grant.sent_at,
+                config.safe_validity(grant.lease, call_budget),
+            ),
+            next_renewal: later(grant.sent_at, config.renew_interval),
             config,
             call_budget,
             lost: None,
@@ -350,7 +359,7 @@ impl RenewalSchedule {
     }
 
     /// What to do at `now`.
-    pub fn poll(&mut self, now: Instant) -> RenewalStep {
+    pub(crate) fn poll(&mut self, now: Instant) -> RenewalStep {
         if self.lost.is_none() && now >= self.valid_until {
             self.lost = Some(LossReason::Expired);
         }
@@ -367,20 +376,23 @@ impl RenewalSchedule {
     }
 
     /// A renewal succeeded, observed at `now`.
-    pub fn renewed(&mut self, now: Instant, grant: &LeaseGrant) {
+    pub(crate) fn renewed(&mut self, now: Instant, grant: &LeaseGrant) {
         if self.lost.is_some() {
             return;
         }
-        let valid_until = grant.sent_at + self.config.safe_validity(grant.lease, self.call_budget);
+        let valid_until = later(
+            grant.sent_at,
+            self.config.safe_validity(grant.lease, self.call_budget),
+        );
         self.valid_until = self.valid_until.max(valid_until);
-        self.next_renewal = (grant.sent_at + self.config.renew_interval).max(now);
+        self.next_renewal = later(grant.sent_at, self.config.renew_interval).max(now);
         if now >= self.valid_until {
             self.lost = Some(LossReason::Expired);
         }
     }
 
     /// A renewal failed at `now` with `error`.
-    pub fn failed(&mut self, now: Instant, error: &Error) {
+    pub(crate) fn failed(&mut self, now: Instant, error: &Error) {
         if self.lost.is_some() {
             return;
         }
@@ -391,17 +403,17 @@ impl RenewalSchedule {
             ) => {
                 self.lost = Some(LossReason::Revoked(refusal.clone()));
             }
-            _ => self.next_renewal = now + self.config.retry_interval,
+            _ => self.next_renewal = later(now, self.config.retry_interval),
         }
     }
 
     /// When the lease counts as lost without a further successful renewal.
-    pub fn valid_until(&self) -> Instant {
+    pub(crate) fn valid_until(&self) -> Instant {
         self.valid_until
     }
 
     /// `Some(valid_until)` while the lease is not known to be lost.
-    pub fn held_until(&self) -> Option<Instant> {
+    pub(crate) fn held_until(&self) -> Option<Instant> {
         self.lost.is_none().then_some(self.valid_until)
     }
 }

@@ -10,7 +10,7 @@
 //!   decisions (attempt deadlines, jittered backoff, rotation among the staged endpoints on
 //!   transport failure, hints followed only when they name a staged endpoint, and the
 //!   [`Error::Uncertain`] outcome when the budget ends after an attempt that may have been
-//!   delivered) are a pure state machine, [`policy::CallPolicy`]. At most
+//!   delivered) are a pure state machine inside the crate, tested on its own. At most
 //!   [`Budgets::max_in_flight`] calls run at once; the next caller waits inside its own
 //!   budget and fails with [`Error::Busy`] when it ends.
 //! - **Transport.** [`HttpsTransport`] speaks HTTP/2 (or HTTP/1.1) over TLS 1.3 with a client
@@ -19,8 +19,8 @@
 //!   [`Transport`] trait is the network boundary; the `testing` feature adds a stateful fake
 //!   worker group with fault injection (`testing::FakeTransport`).
 //! - **Mount lease.** [`MountLease`] claims, renews and releases an RWO volume's lease and
-//!   spawns the renewal task ([`RenewalTask`]), whose timing is the pure
-//!   [`RenewalSchedule`]. A release has its own budget and ends
+//!   spawns the renewal task ([`RenewalTask`]), whose timing is a pure schedule inside the
+//!   crate. A release has its own budget and ends
 //!   [`ReleaseOutcome::Deferred`] when it cannot finish.
 //! - **Metrics** go through the `metrics` facade; [`metrics`] lists the names and labels.
 //!
@@ -37,7 +37,9 @@
 //! Claim an RWO volume's lease, keep it renewed, and make a file call under its epoch:
 //!
 //! ```no_run
-//! use tak_os_lease_client::protocol::{AccessMode, FileId, MountEpoch, ROOT_INO, VolumeGeneration};
+//! use tak_os_lease_client::protocol::{
+//!     AccessMode, FileId, MountEpoch, ROOT_INO, ROOT_INODE_GENERATION, VolumeGeneration,
+//! };
 //! use tak_os_lease_client::v1::{self, request::Op};
 //! use tak_os_lease_client::{
 //!     Budgets, Client, ClientConfig, Credentials, EndpointSet, HttpsTransport, LeaseConfig,
@@ -66,7 +68,7 @@
 //!
 //! // File calls go through the lease's client, which stamps the epoch.
 //! let getattr = Op::Getattr(v1::GetattrRequest {
-//!     file: Some(FileId { ino: ROOT_INO, inode_generation: 0 }.into()),
+//!     file: Some(FileId { ino: ROOT_INO, inode_generation: ROOT_INODE_GENERATION }.into()),
 //!     handle: None,
 //! });
 //! match lease.client().call(getattr).await? {
@@ -96,7 +98,7 @@ mod endpoint;
 mod error;
 mod lease;
 pub mod metrics;
-pub mod policy;
+mod policy;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 mod transport;
@@ -105,10 +107,8 @@ pub use client::{Client, ClientConfig, PreparedCall};
 pub use config::{Budgets, LeaseConfig};
 pub use endpoint::EndpointSet;
 pub use error::{ConfigError, Error, Refusal};
-pub use lease::{
-    LeaseGrant, LeaseStatus, LossReason, MountLease, ReleaseOutcome, RenewalSchedule, RenewalStep,
-    RenewalTask,
-};
+pub use lease::{LeaseGrant, LeaseStatus, LossReason, MountLease, ReleaseOutcome, RenewalTask};
+pub use policy::Failure;
 pub use transport::{Credentials, HttpsTransport, Transport, TransportError};
 
 /// The worker wire protocol (the `tak-os-worker-proto` crate): identities, limits, encoding

@@ -19,6 +19,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::config::Budgets;
+use crate::config::later;
 use crate::endpoint::EndpointSet;
 
 /// An attempt shorter than this is not worth starting.
@@ -26,7 +27,7 @@ const MIN_ATTEMPT: Duration = Duration::from_millis(1);
 
 /// What the caller should do next.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Step {
+pub(crate) enum Step {
     /// Send the call's bytes to endpoint `endpoint` (an index into the set) and give up on
     /// this attempt at `deadline`.
     Send {
@@ -43,7 +44,7 @@ pub enum Step {
 
 /// How a call ended, as far as the policy is concerned.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Finish {
+pub(crate) enum Finish {
     /// The last attempt brought a final answer (a result or a definite refusal).
     Answered,
     /// The budget ended (or credentials were refused) after an attempt that may have been
@@ -106,7 +107,7 @@ impl Failure {
 
 /// What happened to one attempt.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum AttemptOutcome {
+pub(crate) enum AttemptOutcome {
     /// A final answer: the operation's result or a definite refusal.
     Answered,
     /// The request certainly did not reach the worker's protocol handling (no connection,
@@ -141,7 +142,7 @@ enum State {
 
 /// The retry state of one logical call. See the module docs.
 #[derive(Debug, Clone)]
-pub struct CallPolicy {
+pub(crate) struct CallPolicy {
     endpoints: Arc<EndpointSet>,
     deadline: Instant,
     attempt_budget: Duration,
@@ -160,7 +161,7 @@ pub struct CallPolicy {
 impl CallPolicy {
     /// A policy for a call that must end by `deadline`, starting at endpoint `first` (wrapped
     /// into range), with backoff jitter drawn from `seed`.
-    pub fn new(
+    pub(crate) fn new(
         endpoints: Arc<EndpointSet>,
         budgets: &Budgets,
         first: usize,
@@ -189,7 +190,7 @@ impl CallPolicy {
     /// What to do at `now`. Call [`record`](Self::record) after every [`Step::Send`] before
     /// polling again; polling with an attempt outstanding counts that attempt as possibly
     /// delivered and lost.
-    pub fn poll(&mut self, now: Instant) -> Step {
+    pub(crate) fn poll(&mut self, now: Instant) -> Step {
         match self.state {
             State::Finished(finish) => Step::Finish(finish),
             State::InFlight => {
@@ -206,14 +207,14 @@ impl CallPolicy {
                 self.attempts += 1;
                 Step::Send {
                     endpoint: self.current,
-                    deadline: now + remaining.min(self.attempt_budget),
+                    deadline: later(now, remaining.min(self.attempt_budget)),
                 }
             }
         }
     }
 
     /// Records what happened to the outstanding attempt, observed at `now`.
-    pub fn record(&mut self, now: Instant, outcome: AttemptOutcome) {
+    pub(crate) fn record(&mut self, now: Instant, outcome: AttemptOutcome) {
         if self.state != State::InFlight {
             return;
         }
@@ -276,24 +277,9 @@ impl CallPolicy {
         }
     }
 
-    /// The endpoint index the next attempt goes to (or the last one went to).
-    pub fn endpoint(&self) -> usize {
-        self.current
-    }
-
     /// How many attempts were sent.
-    pub fn attempts(&self) -> u32 {
+    pub(crate) fn attempts(&self) -> u32 {
         self.attempts
-    }
-
-    /// Whether some attempt may have reached the worker without a final answer.
-    pub fn maybe_delivered(&self) -> bool {
-        self.maybe_delivered
-    }
-
-    /// The call's deadline.
-    pub fn deadline(&self) -> Instant {
-        self.deadline
     }
 
     fn rotate(&mut self) {
@@ -326,7 +312,7 @@ impl CallPolicy {
             0 => 0,
             spread => self.next_random() % (spread + 1),
         };
-        self.schedule(now, now + half + Duration::from_nanos(jitter));
+        self.schedule(now, later(now, half + Duration::from_nanos(jitter)));
     }
 
     fn schedule(&mut self, now: Instant, at: Instant) {

@@ -14,12 +14,19 @@
 //!   it). The decoders never panic, whatever the bytes; [`request_roundtrip_check`] and
 //!   [`reply_roundtrip_check`] are the invariants the fuzz targets assert.
 //!
+//! The generated messages derive `prost::Message` and carry `bytes::Bytes`, so both crates'
+//! types are part of this API; they are re-exported ([`prost`], [`bytes`]) so that a user
+//! names the same versions, and a new major version of either is a new major version of this
+//! crate.
+//!
 //! What this crate does not do: send anything (the `tak-os-lease-client` crate is the client,
 //! with budgets, retries and endpoint rotation; the reference worker serves the protocol),
 //! authenticate, or decide policy (retries, the lease's timing).
 //!
 //! ```
-//! use tak_os_worker_proto::{self as protocol, AccessMode, FileId, RequestId, ROOT_INO, v1};
+//! use tak_os_worker_proto::{
+//!     self as protocol, AccessMode, FileId, RequestId, ROOT_INO, ROOT_INODE_GENERATION, v1,
+//! };
 //!
 //! let request = v1::Request {
 //!     volume_id: "vol-a".into(),
@@ -28,7 +35,7 @@
 //!     mount_epoch: Vec::new(),
 //!     access_mode: AccessMode::Rwx.into(),
 //!     op: Some(v1::request::Op::Getattr(v1::GetattrRequest {
-//!         file: Some(FileId { ino: ROOT_INO, inode_generation: 0 }.into()),
+//!         file: Some(FileId { ino: ROOT_INO, inode_generation: ROOT_INODE_GENERATION }.into()),
 //!         handle: None,
 //!     })),
 //! };
@@ -40,6 +47,9 @@
 //! ```
 
 #![deny(missing_docs)]
+
+pub use bytes;
+pub use prost;
 
 use std::fmt;
 use std::time::Duration;

@@ -3,7 +3,7 @@
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
-use tak_os_lease_client::policy::Failure;
+use tak_os_lease_client::Failure;
 use tak_os_lease_client::protocol::{
     self, AccessMode, FileId, ROOT_INO, RequestId, VolumeGeneration,
 };

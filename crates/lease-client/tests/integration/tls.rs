@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use tak_os_lease_client::policy::Failure;
+use tak_os_lease_client::Failure;
 use tak_os_lease_client::protocol::{AccessMode, FileId, ROOT_INO, VolumeGeneration};
 use tak_os_lease_client::v1::request::Op;
 use tak_os_lease_client::{
