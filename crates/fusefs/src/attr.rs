@@ -1,48 +1,53 @@
-//! Conversions between the protocol's attributes and the kernel's.
+//! Conversions between the protocol's attributes and the core's.
 
-use fuse3::FileType;
-use fuse3::raw::reply::FileAttr;
 use lease_client::v1;
 
+use crate::reply::{Attributes, FileKind, Timestamp};
+
 /// The file type bits of a mode.
-fn kind_of(mode: u32) -> FileType {
+fn kind_of(mode: u32) -> FileKind {
     match mode & libc::S_IFMT {
-        libc::S_IFDIR => FileType::Directory,
-        libc::S_IFLNK => FileType::Symlink,
-        libc::S_IFBLK => FileType::BlockDevice,
-        libc::S_IFCHR => FileType::CharDevice,
-        libc::S_IFIFO => FileType::NamedPipe,
-        libc::S_IFSOCK => FileType::Socket,
-        _ => FileType::RegularFile,
+        libc::S_IFDIR => FileKind::Directory,
+        libc::S_IFLNK => FileKind::Symlink,
+        libc::S_IFBLK => FileKind::BlockDevice,
+        libc::S_IFCHR => FileKind::CharDevice,
+        libc::S_IFIFO => FileKind::Fifo,
+        libc::S_IFSOCK => FileKind::Socket,
+        _ => FileKind::Regular,
     }
 }
 
-/// The kernel's file type from a `DirEntry.file_type` (the `S_IFMT` bits, or a `DT_*` value).
-pub(crate) fn kind_of_entry(file_type: u32) -> FileType {
+/// The file type of a `DirEntry.file_type` (the `S_IFMT` bits, or a `DT_*` value).
+pub(crate) fn kind_of_entry(file_type: u32) -> FileKind {
     if file_type & libc::S_IFMT != 0 {
         return kind_of(file_type);
     }
     match u8::try_from(file_type).unwrap_or(0) {
-        libc::DT_DIR => FileType::Directory,
-        libc::DT_LNK => FileType::Symlink,
-        libc::DT_BLK => FileType::BlockDevice,
-        libc::DT_CHR => FileType::CharDevice,
-        libc::DT_FIFO => FileType::NamedPipe,
-        libc::DT_SOCK => FileType::Socket,
-        _ => FileType::RegularFile,
+        libc::DT_DIR => FileKind::Directory,
+        libc::DT_LNK => FileKind::Symlink,
+        libc::DT_BLK => FileKind::BlockDevice,
+        libc::DT_CHR => FileKind::CharDevice,
+        libc::DT_FIFO => FileKind::Fifo,
+        libc::DT_SOCK => FileKind::Socket,
+        _ => FileKind::Regular,
     }
 }
 
-fn time(t: Option<&v1::Timestamp>) -> fuse3::Timestamp {
+/// A protocol time for the kernel: nanoseconds past a second's end are clamped to it, and no
+/// time is the epoch.
+fn time(t: Option<&v1::Timestamp>) -> Timestamp {
     match t {
-        Some(t) => fuse3::Timestamp::new(t.sec, t.nsec.min(999_999_999)),
-        None => fuse3::Timestamp::new(0, 0),
+        Some(t) => Timestamp {
+            sec: t.sec,
+            nsec: t.nsec.min(999_999_999),
+        },
+        None => Timestamp::default(),
     }
 }
 
-/// The kernel's attributes for the file with node ID `ino`.
-pub(crate) fn file_attr(ino: u64, attr: &v1::Attr) -> FileAttr {
-    FileAttr {
+/// The attributes of the file with node ID `ino`.
+pub(crate) fn file_attr(ino: u64, attr: &v1::Attr) -> Attributes {
+    Attributes {
         ino,
         size: attr.size,
         blocks: attr.blocks,
@@ -59,8 +64,8 @@ pub(crate) fn file_attr(ino: u64, attr: &v1::Attr) -> FileAttr {
     }
 }
 
-/// A protocol timestamp for a kernel one.
-pub(crate) fn timestamp(t: fuse3::Timestamp) -> v1::Timestamp {
+/// A protocol timestamp for one of the kernel's, unchanged.
+pub(crate) fn timestamp(t: Timestamp) -> v1::Timestamp {
     v1::Timestamp {
         sec: t.sec,
         nsec: t.nsec,
@@ -79,10 +84,32 @@ mod tests {
             ..Default::default()
         };
         let converted = file_attr(7, &attr);
-        assert_eq!(converted.kind, FileType::Directory);
+        assert_eq!(converted.kind, FileKind::Directory);
         assert_eq!(converted.perm, 0o1755);
         assert_eq!(converted.ino, 7);
-        assert_eq!(kind_of_entry(u32::from(libc::DT_LNK)), FileType::Symlink);
-        assert_eq!(kind_of_entry(libc::S_IFIFO), FileType::NamedPipe);
+        assert_eq!(kind_of_entry(u32::from(libc::DT_LNK)), FileKind::Symlink);
+        assert_eq!(kind_of_entry(libc::S_IFIFO), FileKind::Fifo);
+    }
+
+    #[test]
+    fn nanoseconds_past_the_second_are_clamped_and_no_time_is_the_epoch() {
+        let attr = v1::Attr {
+            mtime: Some(v1::Timestamp {
+                sec: -3,
+                nsec: 1_500_000_000,
+            }),
+            ctime: Some(v1::Timestamp { sec: 9, nsec: 42 }),
+            ..Default::default()
+        };
+        let converted = file_attr(1, &attr);
+        assert_eq!(converted.atime, Timestamp { sec: 0, nsec: 0 });
+        assert_eq!(
+            converted.mtime,
+            Timestamp {
+                sec: -3,
+                nsec: 999_999_999
+            }
+        );
+        assert_eq!(converted.ctime, Timestamp { sec: 9, nsec: 42 });
     }
 }

@@ -26,12 +26,6 @@ impl Errno {
     }
 }
 
-impl From<Errno> for fuse3::Errno {
-    fn from(errno: Errno) -> Self {
-        fuse3::Errno::from(errno.0)
-    }
-}
-
 /// The errno for a failed call. Exhaustive by design: a new failure must be given one.
 ///
 /// | failure | errno | why |

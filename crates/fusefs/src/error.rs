@@ -127,18 +127,6 @@ impl Error {
     }
 }
 
-/// The error with its sources, `outer: cause: cause`, for the one log line.
-fn chain(error: &Error) -> String {
-    let mut text = error.to_string();
-    let mut source = std::error::Error::source(error);
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
-}
-
 /// Logs `error` once, at a level that fits its class (a worker outage is not a bug), counts it
 /// by operation and class (`fusefs_errors_total`), and returns the errno for the kernel.
 pub(crate) fn report(operation: &'static str, error: &Error) -> Errno {
@@ -150,7 +138,7 @@ pub(crate) fn report(operation: &'static str, error: &Error) -> Errno {
         "class" => class.as_str(),
     )
     .increment(1);
-    let error = chain(error);
+    let error = error_text::chain(error);
     match class {
         ErrorClass::Refused | ErrorClass::Kernel => {
             tracing::debug!(operation, class = class.as_str(), errno = errno.raw(), %error, "request failed");
@@ -216,7 +204,7 @@ mod tests {
             assert_eq!(error.errno().raw(), errno, "{error}");
             assert_eq!(error.class(), class, "{error}");
         }
-        let text = chain(&refused(Refusal::StaleEpoch));
+        let text = error_text::chain(&refused(Refusal::StaleEpoch));
         assert!(
             text.contains("lookup call failed") && text.contains("stale"),
             "{text}"

@@ -8,14 +8,16 @@
 //! - [`Fs`], a plain type with one async method per FUSE operation. It keeps the kernel's node
 //!   table (node ID = the worker's inode number, FUSE generation = the worker's inode
 //!   generation, so nothing depends on this process's memory), open handles and their renewal.
-//!   It fails with an [`Error`] that keeps its cause (the client's error, a stale node, a
-//!   malformed reply naming its operation, an interruption); [`Error::errno`] is the one
-//!   mapping to an errno (a call's through [`errno_of`]), clamped to the range the kernel
-//!   accepts. It is tested without `/dev/fuse`.
-//! - [`FuseAdapter`], the fuse3 `Filesystem` implementation: each method forwards to `Fs`, and
-//!   logs a failure once, at a level that fits its [`ErrorClass`] (a worker outage is a
-//!   warning, a malformed reply an error, `ENOENT` a debug line), and counts it as
-//!   `fusefs_errors_total{operation, class}`.
+//!   It answers with its own types ([`Entry`], [`Stat`], [`Opened`], [`DirEntryPlus`] ...),
+//!   none of them a FUSE library's, and fails with an [`Error`] that keeps its cause (the
+//!   client's error, a stale node, a malformed reply naming its operation, an interruption);
+//!   [`Error::errno`] is the one mapping to an errno (a call's through [`errno_of`]), clamped
+//!   to the range the kernel accepts. It is tested without `/dev/fuse`.
+//! - [`FuseAdapter`], the fuse3 `Filesystem` implementation: each method forwards to `Fs`,
+//!   converts its answer to fuse3's types (the one place that does), and logs a failure once,
+//!   at a level that fits its [`ErrorClass`] (a worker outage is a warning, a malformed reply
+//!   an error, `ENOENT` a debug line), and counts it as `fusefs_errors_total{operation,
+//!   class}`.
 //!
 //! [`mount`] mounts a volume as root without a helper binary (filesystem type
 //! `fuse.tak-os-replicated`, source = the volume ID, `default_permissions`, `allow_other`,
@@ -65,6 +67,7 @@ mod error;
 mod fs;
 mod mount;
 mod nodes;
+mod reply;
 mod service;
 #[cfg(feature = "testing")]
 pub mod testing;
@@ -78,4 +81,8 @@ pub use fs::{
 };
 pub use mount::{FS_TYPE, FUSECTL, MountError, Mounted, SUBTYPE, abort_connection, mount};
 pub use nodes::NodeState;
+pub use reply::{
+    Attributes, Created, DirEntry, DirEntryPlus, Entry, FileKind, Opened, SetAttrs, Stat, StatFs,
+    Timestamp,
+};
 pub use service::FileService;

@@ -4,8 +4,6 @@
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 
-use fuse3::FileType;
-use fuse3::raw::reply::{DirectoryEntry, DirectoryEntryPlus};
 use lease_client::protocol::FileId;
 use lease_client::v1;
 use lease_client::v1::reply::Result as ReplyResult;
@@ -14,6 +12,7 @@ use lease_client::v1::request::Op;
 use super::{Caller, Fs, TTL, lock};
 use crate::attr::{file_attr, kind_of_entry};
 use crate::error::Error;
+use crate::reply::{DirEntry, DirEntryPlus, Entry, FileKind, Opened};
 use crate::service::FileService;
 
 impl<S: FileService> Fs<S> {
@@ -37,14 +36,25 @@ impl<S: FileService> Fs<S> {
         Ok((reply.entries, reply.end))
     }
 
-    fn fuse_offset(cookie: u64) -> Result<i64, Error> {
+    /// The FUSE offset after the entry with worker cookie `cookie`; the kernel's directory
+    /// offsets are signed, so it is at most `i64::MAX`.
+    fn fuse_offset(cookie: u64) -> Result<u64, Error> {
         cookie
             .checked_add(2)
-            .and_then(|o| i64::try_from(o).ok())
+            .filter(|o| i64::try_from(*o).is_ok())
             .ok_or(Error::malformed(
                 "readdir",
                 "a directory offset out of range",
             ))
+    }
+
+    /// OPENDIR: directories are read statelessly by offset, so no worker handle is opened and
+    /// the handle is 0.
+    pub fn opendir(&self) -> Opened {
+        Opened {
+            handle: 0,
+            flags: 0,
+        }
     }
 
     /// READDIR from FUSE offset `offset`: one worker batch (the kernel asks again for more).
@@ -53,16 +63,16 @@ impl<S: FileService> Fs<S> {
         caller: Caller,
         node: u64,
         offset: u64,
-    ) -> Result<Vec<DirectoryEntry>, Error> {
+    ) -> Result<Vec<DirEntry>, Error> {
         let dir = self.file(node)?;
         let mut out = Vec::new();
         for (at, name) in [(0u64, "."), (1, "..")] {
             if offset <= at {
-                out.push(DirectoryEntry {
-                    inode: dir.ino,
-                    kind: FileType::Directory,
+                out.push(DirEntry {
+                    ino: dir.ino,
+                    kind: FileKind::Directory,
                     name: name.into(),
-                    offset: at as i64 + 1,
+                    offset: at + 1,
                 });
             }
         }
@@ -71,8 +81,8 @@ impl<S: FileService> Fs<S> {
             .await?;
         for e in entries {
             let ino = e.file.map_or(0, |f| f.ino);
-            out.push(DirectoryEntry {
-                inode: ino,
+            out.push(DirEntry {
+                ino,
                 kind: kind_of_entry(e.file_type),
                 name: OsStr::from_bytes(&e.name).to_owned(),
                 offset: Self::fuse_offset(e.next_offset)?,
@@ -96,15 +106,18 @@ impl<S: FileService> Fs<S> {
             let attr = self.getattr(caller, node, None).await?.attr;
             for (at, name) in [(0u64, "."), (1, "..")] {
                 if offset <= at {
-                    out.push(DirectoryEntryPlus {
-                        inode: dir.ino,
-                        generation: dir.inode_generation,
-                        kind: FileType::Directory,
-                        name: name.into(),
-                        offset: at as i64 + 1,
-                        attr,
-                        entry_ttl: TTL,
-                        attr_ttl: TTL,
+                    out.push(DirEntryPlus {
+                        dirent: DirEntry {
+                            ino: dir.ino,
+                            kind: FileKind::Directory,
+                            name: name.into(),
+                            offset: at + 1,
+                        },
+                        entry: Entry {
+                            attr,
+                            generation: dir.inode_generation,
+                            ttl: TTL,
+                        },
                     });
                 }
             }
@@ -118,15 +131,18 @@ impl<S: FileService> Fs<S> {
                 ));
             };
             let file = FileId::from(file);
-            out.push(DirectoryEntryPlus {
-                inode: file.ino,
-                generation: file.inode_generation,
-                kind: kind_of_entry(e.file_type),
-                name: OsStr::from_bytes(&e.name).to_owned(),
-                offset: Self::fuse_offset(e.next_offset)?,
-                attr: file_attr(file.ino, &attr),
-                entry_ttl: TTL,
-                attr_ttl: TTL,
+            out.push(DirEntryPlus {
+                dirent: DirEntry {
+                    ino: file.ino,
+                    kind: kind_of_entry(e.file_type),
+                    name: OsStr::from_bytes(&e.name).to_owned(),
+                    offset: Self::fuse_offset(e.next_offset)?,
+                },
+                entry: Entry {
+                    attr: file_attr(file.ino, &attr),
+                    generation: file.inode_generation,
+                    ttl: TTL,
+                },
             });
         }
         Ok(PlusListing {
@@ -137,11 +153,11 @@ impl<S: FileService> Fs<S> {
     }
 
     /// The kernel took `entry` from a READDIRPLUS reply: it now holds one lookup of it.
-    fn delivered(&self, entry: &DirectoryEntryPlus) {
-        if entry.name != "." && entry.name != ".." {
+    fn delivered(&self, taken: &DirEntryPlus) {
+        if taken.dirent.name != "." && taken.dirent.name != ".." {
             let file = FileId {
-                ino: entry.inode,
-                inode_generation: entry.generation,
+                ino: taken.dirent.ino,
+                inode_generation: taken.entry.generation,
             };
             lock(&self.nodes).looked_up(file);
         }
@@ -160,15 +176,15 @@ impl<S: FileService> Fs<S> {
 #[derive(Debug)]
 pub struct PlusListing<'a, S> {
     fs: &'a Fs<S>,
-    entries: std::vec::IntoIter<DirectoryEntryPlus>,
+    entries: std::vec::IntoIter<DirEntryPlus>,
     /// The entry handed out last, not yet known to have been taken.
-    pulled: Option<DirectoryEntryPlus>,
+    pulled: Option<DirEntryPlus>,
 }
 
 impl<S: FileService> Iterator for PlusListing<'_, S> {
-    type Item = DirectoryEntryPlus;
+    type Item = DirEntryPlus;
 
-    fn next(&mut self) -> Option<DirectoryEntryPlus> {
+    fn next(&mut self) -> Option<DirEntryPlus> {
         if let Some(taken) = self.pulled.take() {
             self.fs.delivered(&taken);
         }

@@ -5,15 +5,15 @@ use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::time::Duration;
 
-use fuse3::raw::reply::{ReplyCreated, ReplyOpen};
 use lease_client::protocol::FileId;
 use lease_client::v1;
 use lease_client::v1::reply::Result as ReplyResult;
 use lease_client::v1::request::Op;
 
-use super::{Caller, FOPEN_DIRECT_IO, Fs, TTL, lock};
+use super::{Caller, FOPEN_DIRECT_IO, Fs, lock};
 use crate::error::Error;
 use crate::nodes::NodeState;
+use crate::reply::{Created, Opened};
 use crate::service::FileService;
 
 /// A worker handle this mount holds: its file and the flags it was opened with.
@@ -85,7 +85,7 @@ impl<S: FileService> Fs<S> {
     /// OPEN: every file is opened for direct I/O. An open that truncates (`O_TRUNC`: the
     /// kernel truncates through the open and sends no kill request of its own) names its
     /// caller, so that the worker drops the file's privileges as a truncation does.
-    pub async fn open(&self, caller: Caller, node: u64, flags: u32) -> Result<ReplyOpen, Error> {
+    pub async fn open(&self, caller: Caller, node: u64, flags: u32) -> Result<Opened, Error> {
         let file = self.file(node)?;
         let open = v1::OpenRequest {
             file: Some(file.into()),
@@ -101,8 +101,8 @@ impl<S: FileService> Fs<S> {
             expect!(self.call(caller, op).await?, OpenKillSuidgid)
         };
         self.opened(file, flags, reply.handle, reply.handle_lease_ms);
-        Ok(ReplyOpen {
-            fh: reply.handle,
+        Ok(Opened {
+            handle: reply.handle,
             flags: FOPEN_DIRECT_IO,
         })
     }
@@ -115,7 +115,7 @@ impl<S: FileService> Fs<S> {
         name: &OsStr,
         mode: u32,
         flags: u32,
-    ) -> Result<ReplyCreated, Error> {
+    ) -> Result<Created, Error> {
         let parent = self.file(parent)?;
         let op = Op::Create(v1::CreateRequest {
             parent: Some(parent.into()),
@@ -132,12 +132,12 @@ impl<S: FileService> Fs<S> {
             inode_generation: entry.generation,
         };
         self.opened(file, flags, reply.handle, reply.handle_lease_ms);
-        Ok(ReplyCreated {
-            ttl: TTL,
-            attr: entry.attr,
-            generation: entry.generation,
-            fh: reply.handle,
-            flags: FOPEN_DIRECT_IO,
+        Ok(Created {
+            entry,
+            opened: Opened {
+                handle: reply.handle,
+                flags: FOPEN_DIRECT_IO,
+            },
         })
     }
 

@@ -4,7 +4,6 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use bytes::{Bytes, BytesMut};
-use fuse3::raw::reply::{ReplyData, ReplyWrite};
 use futures_util::StreamExt as _;
 use lease_client::protocol::MAX_DATA_BYTES;
 use lease_client::v1;
@@ -84,7 +83,7 @@ impl<S: FileService> Fs<S> {
         fh: u64,
         offset: u64,
         size: u32,
-    ) -> Result<ReplyData, Error> {
+    ) -> Result<Bytes, Error> {
         let file = self.file(node)?;
         self.not_interrupted(caller)?;
         let part = self.config.part_size();
@@ -111,15 +110,13 @@ impl<S: FileService> Fs<S> {
                 break;
             }
         }
-        Ok(ReplyData {
-            data: concat(parts),
-        })
+        Ok(concat(parts))
     }
 
     /// WRITE: one call per [`FsConfig::call_data_bytes`], several in flight, each run to its
     /// outcome once sent; after a part fails or comes back short, no further part starts.
-    /// The reply counts the bytes before the first part that failed or was short, and is an
-    /// error when that is the first part; parts sent after it may have been written too (no
+    /// It answers the count of bytes before the first part that failed or was short, and is
+    /// an error when that is the first part; parts sent after it may have been written too (no
     /// promise that a request applies as one).
     ///
     /// On a handle opened with `O_APPEND`, or a write that says `O_APPEND`, the worker's
@@ -137,7 +134,7 @@ impl<S: FileService> Fs<S> {
         offset: u64,
         data: &[u8],
         flags: WriteFlags,
-    ) -> Result<ReplyWrite, Error> {
+    ) -> Result<u32, Error> {
         let file = self.file(node)?;
         self.not_interrupted(caller)?;
         let opened_with = lock(&self.handles).get(&fh).map_or(0, |open| open.flags);
@@ -153,7 +150,7 @@ impl<S: FileService> Fs<S> {
             if stopped.load(Ordering::Acquire) {
                 return (chunk.len(), None);
             }
-            // Copied out of fuse3's buffer when the call starts, so the connection encrypts
+            // Copied out of the request's buffer when the call starts, so the connection encrypts
             // one part while the next is copied.
             let write = v1::WriteRequest {
                 file: Some(file.into()),
@@ -197,8 +194,6 @@ impl<S: FileService> Fs<S> {
                 break;
             }
         }
-        Ok(ReplyWrite {
-            written: u32::try_from(written).unwrap_or(u32::MAX),
-        })
+        Ok(u32::try_from(written).unwrap_or(u32::MAX))
     }
 }

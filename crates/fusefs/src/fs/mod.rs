@@ -1,5 +1,6 @@
 //! The filesystem's logic: each kernel request becomes one or more protocol calls. No FUSE
-//! session is needed to use it; the fuse3 adapter only forwards to it.
+//! session is needed to use it, and it answers with the core's own types (`reply.rs`); the
+//! adapter only forwards to it and converts them.
 //!
 //! This module holds the core (the `Fs` type, how a call is sent, interrupts, nodes) and the
 //! metadata requests; `io` splits reads and writes into calls, `handles` keeps the open
@@ -12,8 +13,6 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use bytes::Bytes;
-use fuse3::SetAttr;
-use fuse3::raw::reply::{ReplyAttr, ReplyData, ReplyEntry, ReplyStatFs};
 use lease_client::protocol::{FileId, ROOT_INO};
 use lease_client::v1::reply::Result as ReplyResult;
 use lease_client::v1::request::Op;
@@ -22,6 +21,7 @@ use lease_client::v1::{self, set_time};
 use crate::attr::{file_attr, timestamp};
 use crate::error::Error;
 use crate::nodes::Nodes;
+use crate::reply::{Entry, SetAttrs, Stat, StatFs, Timestamp};
 use crate::service::FileService;
 
 /// `FOPEN_DIRECT_IO`: the kernel sends every read and write to us, caching nothing.
@@ -182,26 +182,26 @@ impl<S: FileService> Fs<S> {
         interrupts.push_back(unique);
     }
 
-    pub(super) fn entry(&self, entry: v1::Entry) -> Result<ReplyEntry, Error> {
+    pub(super) fn entry(&self, entry: v1::Entry) -> Result<Entry, Error> {
         let (Some(file), Some(attr)) = (entry.file, entry.attr) else {
             return Err(Error::malformed("entry", "no file or no attributes"));
         };
         let file = FileId::from(file);
         lock(&self.nodes).looked_up(file);
-        Ok(ReplyEntry {
-            ttl: TTL,
+        Ok(Entry {
             attr: file_attr(file.ino, &attr),
             generation: file.inode_generation,
+            ttl: TTL,
         })
     }
 
-    pub(super) fn attr(node: u64, entry: v1::Entry) -> Result<ReplyAttr, Error> {
+    pub(super) fn attr(node: u64, entry: v1::Entry) -> Result<Stat, Error> {
         let attr = entry
             .attr
             .ok_or(Error::malformed("entry", "no attributes"))?;
-        Ok(ReplyAttr {
-            ttl: TTL,
+        Ok(Stat {
             attr: file_attr(node, &attr),
+            ttl: TTL,
         })
     }
 
@@ -213,12 +213,7 @@ impl<S: FileService> Fs<S> {
     }
 
     /// LOOKUP.
-    pub async fn lookup(
-        &self,
-        caller: Caller,
-        parent: u64,
-        name: &OsStr,
-    ) -> Result<ReplyEntry, Error> {
+    pub async fn lookup(&self, caller: Caller, parent: u64, name: &OsStr) -> Result<Entry, Error> {
         let parent = self.file(parent)?;
         let op = Op::Lookup(v1::LookupRequest {
             parent: Some(parent.into()),
@@ -256,12 +251,7 @@ impl<S: FileService> Fs<S> {
     }
 
     /// GETATTR.
-    pub async fn getattr(
-        &self,
-        caller: Caller,
-        node: u64,
-        fh: Option<u64>,
-    ) -> Result<ReplyAttr, Error> {
+    pub async fn getattr(&self, caller: Caller, node: u64, fh: Option<u64>) -> Result<Stat, Error> {
         let file = self.file(node)?;
         let op = |handle| {
             Op::Getattr(v1::GetattrRequest {
@@ -279,10 +269,10 @@ impl<S: FileService> Fs<S> {
         caller: Caller,
         node: u64,
         fh: Option<u64>,
-        set: SetAttr,
-    ) -> Result<ReplyAttr, Error> {
+        set: SetAttrs,
+    ) -> Result<Stat, Error> {
         let file = self.file(node)?;
-        let time = |t: Option<fuse3::Timestamp>| {
+        let time = |t: Option<Timestamp>| {
             t.map(|t| v1::SetTime {
                 time: Some(set_time::Time::At(timestamp(t))),
             })
@@ -304,15 +294,13 @@ impl<S: FileService> Fs<S> {
     }
 
     /// READLINK.
-    pub async fn readlink(&self, caller: Caller, node: u64) -> Result<ReplyData, Error> {
+    pub async fn readlink(&self, caller: Caller, node: u64) -> Result<Bytes, Error> {
         let file = self.file(node)?;
         let op = Op::Readlink(v1::ReadlinkRequest {
             file: Some(file.into()),
         });
         let reply = expect!(self.call(caller, op).await?, Readlink);
-        Ok(ReplyData {
-            data: Bytes::from(reply.target),
-        })
+        Ok(Bytes::from(reply.target))
     }
 
     /// SYMLINK.
@@ -322,7 +310,7 @@ impl<S: FileService> Fs<S> {
         parent: u64,
         name: &OsStr,
         target: &OsStr,
-    ) -> Result<ReplyEntry, Error> {
+    ) -> Result<Entry, Error> {
         let parent = self.file(parent)?;
         let op = Op::Symlink(v1::SymlinkRequest {
             parent: Some(parent.into()),
@@ -341,7 +329,7 @@ impl<S: FileService> Fs<S> {
         name: &OsStr,
         mode: u32,
         rdev: u32,
-    ) -> Result<ReplyEntry, Error> {
+    ) -> Result<Entry, Error> {
         let parent = self.file(parent)?;
         let op = Op::Mknod(v1::MknodRequest {
             parent: Some(parent.into()),
@@ -362,7 +350,7 @@ impl<S: FileService> Fs<S> {
         name: &OsStr,
         mode: u32,
         umask: u32,
-    ) -> Result<ReplyEntry, Error> {
+    ) -> Result<Entry, Error> {
         let parent = self.file(parent)?;
         let op = Op::Mkdir(v1::MkdirRequest {
             parent: Some(parent.into()),
@@ -425,7 +413,7 @@ impl<S: FileService> Fs<S> {
         node: u64,
         new_parent: u64,
         new_name: &OsStr,
-    ) -> Result<ReplyEntry, Error> {
+    ) -> Result<Entry, Error> {
         let (file, new_parent) = (self.file(node)?, self.file(new_parent)?);
         let op = Op::Link(v1::LinkRequest {
             file: Some(file.into()),
@@ -436,20 +424,20 @@ impl<S: FileService> Fs<S> {
     }
 
     /// STATFS.
-    pub async fn statfs(&self, caller: Caller) -> Result<ReplyStatFs, Error> {
+    pub async fn statfs(&self, caller: Caller) -> Result<StatFs, Error> {
         let reply = expect!(
             self.call(caller, Op::Statfs(v1::StatfsRequest {})).await?,
             Statfs
         );
-        Ok(ReplyStatFs {
+        Ok(StatFs {
             blocks: reply.blocks,
-            bfree: reply.blocks_free,
-            bavail: reply.blocks_available,
+            blocks_free: reply.blocks_free,
+            blocks_available: reply.blocks_available,
             files: reply.files,
-            ffree: reply.files_free,
-            bsize: reply.block_size,
-            namelen: reply.name_max,
-            frsize: reply.fragment_size,
+            files_free: reply.files_free,
+            block_size: reply.block_size,
+            name_max: reply.name_max,
+            fragment_size: reply.fragment_size,
         })
     }
 }

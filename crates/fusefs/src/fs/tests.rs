@@ -140,11 +140,7 @@ async fn a_failed_part_ends_the_count_of_a_write_and_fails_it_only_when_first() 
         .write(caller(), ROOT_NODE, 1, 0, &data, WriteFlags::default())
         .await
         .unwrap();
-    assert_eq!(
-        reply.written as usize,
-        3 * PART,
-        "the parts before the failed one"
-    );
+    assert_eq!(reply as usize, 3 * PART, "the parts before the failed one");
     assert_eq!(
         fs.service().sent(),
         up_to(4),
@@ -163,7 +159,7 @@ async fn a_failed_part_ends_the_count_of_a_write_and_fails_it_only_when_first() 
         .write(caller(), ROOT_NODE, 1, 0, &data, WriteFlags::default())
         .await
         .unwrap();
-    assert_eq!(reply.written as usize, data.len());
+    assert_eq!(reply as usize, data.len());
     assert_eq!(fs.service().sent(), up_to(8));
 
     // A part size of zero is clamped (to 4 KiB), not a panic.
@@ -178,7 +174,7 @@ async fn a_failed_part_ends_the_count_of_a_write_and_fails_it_only_when_first() 
             WriteFlags::default(),
         )
         .await;
-    assert_eq!(reply.unwrap().written as usize, PART);
+    assert_eq!(reply.unwrap() as usize, PART);
     assert_eq!(fs.service().sent().len(), PART / (4 << 10));
 }
 
@@ -258,7 +254,7 @@ async fn an_appending_write_goes_out_as_whole_calls_one_after_another() {
         &data[..MAX_DATA_BYTES],
         WriteFlags::default(),
     );
-    assert_eq!(reply.await.unwrap().written as usize, MAX_DATA_BYTES);
+    assert_eq!(reply.await.unwrap() as usize, MAX_DATA_BYTES);
     assert_eq!(
         *lock(&fs.service().most),
         PARALLEL_CALLS,
@@ -274,14 +270,14 @@ async fn an_appending_write_goes_out_as_whole_calls_one_after_another() {
     let append = libc::O_APPEND as u32;
     let appending = WriteFlags::from_request(append, 0);
     let reply = fs.write(caller(), ROOT_NODE, 1, 0, &data, appending).await;
-    assert_eq!(reply.unwrap().written as usize, data.len());
+    assert_eq!(reply.unwrap() as usize, data.len());
     assert_eq!(*lock(&fs.service().most), 1);
     assert_eq!(started(&fs), [0, whole, 2 * whole]);
 
     // O_APPEND only at open (after F_SETFL the kernel's writes may not say it).
     let fs = in_flight();
     let open = fs.open(caller(), ROOT_NODE, libc::O_WRONLY as u32 | append);
-    let fh = open.await.unwrap().fh;
+    let fh = open.await.unwrap().handle;
     let reply = fs.write(
         caller(),
         ROOT_NODE,
@@ -290,7 +286,7 @@ async fn an_appending_write_goes_out_as_whole_calls_one_after_another() {
         &data[..MAX_DATA_BYTES],
         WriteFlags::default(),
     );
-    assert_eq!(reply.await.unwrap().written as usize, MAX_DATA_BYTES);
+    assert_eq!(reply.await.unwrap() as usize, MAX_DATA_BYTES);
     assert_eq!(started(&fs), [u64::MAX, 0], "the open, then one call");
 }
 
@@ -343,7 +339,7 @@ async fn every_part_of_a_write_without_fsetid_asks_the_worker_to_drop_set_id_bit
     let killing = WriteFlags::from_request(0, FUSE_WRITE_KILL_SUIDGID);
     assert!(killing.kill_suidgid);
     let reply = fs.write(user, ROOT_NODE, 1, 0, &data, killing).await;
-    assert_eq!(reply.unwrap().written as usize, data.len());
+    assert_eq!(reply.unwrap() as usize, data.len());
     let calls = lock(&fs.service().calls).clone();
     assert_eq!(calls, vec![("write_kill_suidgid", named); 8], "each part");
 
@@ -356,12 +352,12 @@ async fn every_part_of_a_write_without_fsetid_asks_the_worker_to_drop_set_id_bit
     // An open that truncates names its caller; one that does not is a plain open.
     let fs = Fs::new(Recorded::default(), config);
     let trunc = (libc::O_WRONLY | libc::O_TRUNC) as u32;
-    assert_eq!(fs.open(user, ROOT_NODE, trunc).await.unwrap().fh, 3);
+    assert_eq!(fs.open(user, ROOT_NODE, trunc).await.unwrap().handle, 3);
     assert_eq!(
         fs.open(user, ROOT_NODE, libc::O_WRONLY as u32)
             .await
             .unwrap()
-            .fh,
+            .handle,
         3
     );
     assert_eq!(
@@ -414,7 +410,7 @@ async fn a_read_or_write_interrupted_before_sending_fails_with_eintr_and_sends_n
     let write = fs
         .write(caller(), ROOT_NODE, 1, 0, &data, WriteFlags::default())
         .await;
-    assert_eq!(write.unwrap().written as usize, data.len());
+    assert_eq!(write.unwrap() as usize, data.len());
 }
 
 #[tokio::test]
@@ -424,7 +420,7 @@ async fn a_read_is_reassembled_in_order_when_later_parts_finish_first() {
         .read(caller(), ROOT_NODE, 1, 0, MAX_DATA_BYTES as u32)
         .await;
     let expected: Vec<u8> = (0..8u8).flat_map(|i| vec![i; PART]).collect();
-    assert!(read.unwrap().data[..] == expected[..]);
+    assert!(read.unwrap()[..] == expected[..]);
     assert_eq!(*lock(&fs.service().most), PARALLEL_CALLS);
 }
 
@@ -434,13 +430,13 @@ async fn a_read_is_reassembled_in_order_ends_at_a_short_part_and_fails_on_a_fail
     let fs = parts_of(PART, u64::MAX, u64::MAX);
     let read = fs.read(caller(), ROOT_NODE, 1, 0, size).await.unwrap();
     let expected: Vec<u8> = (0..8u8).flat_map(|i| vec![i; PART]).collect();
-    assert!(read.data[..] == expected[..], "in order");
+    assert!(read[..] == expected[..], "in order");
 
     // The end of the file inside the second part: what comes later does not matter.
     let end = (PART + PART / 2) as u64;
     let fs = parts_of(PART, end, 5 * PART as u64);
     let read = fs.read(caller(), ROOT_NODE, 1, 0, size).await.unwrap();
-    assert_eq!(read.data.len() as u64, end);
+    assert_eq!(read.len() as u64, end);
 
     // A failed part before the end fails the whole read.
     let fs = parts_of(PART, u64::MAX, 5 * PART as u64);
@@ -450,7 +446,7 @@ async fn a_read_is_reassembled_in_order_ends_at_a_short_part_and_fails_on_a_fail
     // Parts of 1 MiB: one call for the whole read.
     let fs = parts_of(MAX_DATA_BYTES, u64::MAX, u64::MAX);
     let read = fs.read(caller(), ROOT_NODE, 1, 0, size).await.unwrap();
-    assert_eq!(read.data.len(), size as usize);
+    assert_eq!(read.len(), size as usize);
     assert_eq!(fs.service().sent(), [0]);
 }
 
@@ -470,9 +466,9 @@ async fn fstat_and_fchmod_of_a_file_unlinked_while_open_go_through_its_handle() 
         .await
         .unwrap();
     fs.getattr(caller(), ROOT_NODE, None).await.unwrap();
-    let chmod = SetAttr {
+    let chmod = SetAttrs {
         mode: Some(0o600),
-        ..SetAttr::default()
+        ..SetAttrs::default()
     };
     fs.setattr(caller(), ROOT_NODE, None, chmod).await.unwrap();
     assert_eq!(
@@ -526,7 +522,7 @@ async fn a_readdirplus_entry_counts_as_a_lookup_only_once_the_next_one_is_pulled
         let listing = fs.readdirplus(caller(), ROOT_NODE, 0).await.unwrap();
         let names: Vec<_> = listing
             .take(taken)
-            .map(|e| e.name.into_string().unwrap())
+            .map(|e| e.dirent.name.into_string().unwrap())
             .collect();
         (names.len(), fs.node_count())
     };
@@ -575,5 +571,5 @@ async fn a_write_that_must_drop_set_id_bits_refuses_a_plain_write_reply() {
         "{error:?}"
     );
     let plain = fs.write(caller(), ROOT_NODE, 1, 0, b"data", WriteFlags::default());
-    assert_eq!(plain.await.unwrap().written, 4);
+    assert_eq!(plain.await.unwrap(), 4);
 }

@@ -64,12 +64,14 @@ fn lookups_are_counted_and_forgotten() {
                 .create(next(), ROOT_NODE, OsStr::new("f"), FILE, RDWR)
                 .await
                 .unwrap();
-            let ino = created.attr.ino;
+            let ino = created.entry.attr.ino;
             let backing = std::fs::metadata(volume.backing_dir().join("f")).unwrap();
             assert_eq!(ino, backing.ino());
-            assert_ne!(created.generation, 0);
+            assert_ne!(created.entry.generation, 0);
             assert_eq!((fs.node_count(), fs.open_handles()), (2, 1));
-            fs.release(next(), ino, created.fh, 0).await.unwrap();
+            fs.release(next(), ino, created.opened.handle, 0)
+                .await
+                .unwrap();
             assert_eq!(fs.open_handles(), 0);
 
             // Two LOOKUPs more: three in all; the node stays until all three are forgotten.
@@ -77,7 +79,7 @@ fn lookups_are_counted_and_forgotten() {
                 let entry = fs.lookup(next(), ROOT_NODE, OsStr::new("f")).await.unwrap();
                 assert_eq!(
                     (entry.attr.ino, entry.generation),
-                    (ino, created.generation)
+                    (ino, created.entry.generation)
                 );
             }
             fs.forget(ino, 2);
@@ -176,8 +178,8 @@ fn an_interrupt_before_sending_gives_eintr_and_sends_nothing() {
                 async move {
                     fs.write(
                         caller(50),
-                        created.attr.ino,
-                        created.fh,
+                        created.entry.attr.ino,
+                        created.opened.handle,
                         0,
                         &data,
                         WriteFlags::default(),
@@ -187,7 +189,7 @@ fn an_interrupt_before_sending_gives_eintr_and_sends_nothing() {
             });
             tokio::time::sleep(Duration::from_millis(50)).await;
             fs.interrupt(50);
-            assert_eq!(write.await.unwrap().unwrap().written as usize, data.len());
+            assert_eq!(write.await.unwrap().unwrap() as usize, data.len());
             volume.server().faults().set_delay(Duration::ZERO);
             assert!(std::fs::read(volume.backing_dir().join("f")).unwrap() == data);
         },
@@ -228,7 +230,7 @@ fn readdir_in_small_batches_yields_every_entry_once() {
                 let batch = fs.readdir(next(), dir, offset).await.unwrap();
                 let Some(last) = batch.last() else { break };
                 assert!(batch.len() <= BATCH as usize + 2);
-                offset = u64::try_from(last.offset).unwrap();
+                offset = last.offset;
                 for entry in batch {
                     names.push(entry.name.into_string().unwrap());
                     offsets.push(entry.offset);
@@ -246,11 +248,11 @@ fn readdir_in_small_batches_yields_every_entry_once() {
             // Resuming from any offset gives the rest (a kernel buffer that took only part).
             let from = 20;
             let mut rest = Vec::new();
-            let mut offset = u64::try_from(offsets[from - 1]).unwrap();
+            let mut offset = offsets[from - 1];
             loop {
                 let batch = fs.readdir(next(), dir, offset).await.unwrap();
                 let Some(last) = batch.last() else { break };
-                offset = u64::try_from(last.offset).unwrap();
+                offset = last.offset;
                 rest.extend(batch.into_iter().map(|e| e.name.into_string().unwrap()));
             }
             assert_eq!(rest, names[from..]);
@@ -263,9 +265,9 @@ fn readdir_in_small_batches_yields_every_entry_once() {
             loop {
                 let batch: Vec<_> = fs.readdirplus(next(), dir, offset).await.unwrap().collect();
                 let Some(last) = batch.last() else { break };
-                offset = last.offset as u64;
+                offset = last.dirent.offset;
                 for entry in batch {
-                    plus.push((entry.name.into_string().unwrap(), entry.inode));
+                    plus.push((entry.dirent.name.into_string().unwrap(), entry.dirent.ino));
                 }
             }
             assert_eq!(
@@ -304,7 +306,7 @@ fn reads_and_writes_are_split_into_parts_and_reassembled_in_order() {
                     .create(next(), ROOT_NODE, OsStr::new(&name), FILE, RDWR)
                     .await
                     .unwrap();
-                let (ino, fh) = (created.attr.ino, created.fh);
+                let (ino, fh) = (created.entry.attr.ino, created.opened.handle);
                 let len = 3 * MAX_DATA_BYTES + MAX_DATA_BYTES / 2;
                 let data: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
 
@@ -313,7 +315,7 @@ fn reads_and_writes_are_split_into_parts_and_reassembled_in_order() {
                     .write(next(), ino, fh, 0, &data, WriteFlags::default())
                     .await
                     .unwrap();
-                assert_eq!(written.written as usize, len);
+                assert_eq!(written as usize, len);
                 assert_eq!(
                     volume.arrivals() - sent,
                     len.div_ceil(part),
@@ -327,7 +329,7 @@ fn reads_and_writes_are_split_into_parts_and_reassembled_in_order() {
                     .read(next(), ino, fh, 0, u32::try_from(len + 4096).unwrap())
                     .await
                     .unwrap();
-                assert!(read.data[..] == data[..], "reassembled in order");
+                assert!(read[..] == data[..], "reassembled in order");
                 assert_eq!(volume.arrivals() - sent, (len + 4096).div_ceil(part));
 
                 // An unaligned read across part boundaries.
@@ -337,7 +339,7 @@ fn reads_and_writes_are_split_into_parts_and_reassembled_in_order() {
                     .read(next(), ino, fh, at as u64, 2 * MAX_DATA_BYTES as u32)
                     .await
                     .unwrap();
-                assert!(read.data[..] == data[at..at + 2 * MAX_DATA_BYTES]);
+                assert!(read[..] == data[at..at + 2 * MAX_DATA_BYTES]);
                 assert_eq!(
                     volume.arrivals() - sent,
                     (2 * MAX_DATA_BYTES).div_ceil(part)
@@ -348,7 +350,7 @@ fn reads_and_writes_are_split_into_parts_and_reassembled_in_order() {
                     .read(next(), ino, fh, 2 * len as u64, 4096)
                     .await
                     .unwrap();
-                assert!(read.data.is_empty());
+                assert!(read.is_empty());
                 fs.release(next(), ino, fh, 0).await.unwrap();
             }
         },
@@ -378,7 +380,7 @@ fn renewal_keeps_handles_past_their_lease_and_forgets_expired_ones() {
                 .create(next(), ROOT_NODE, OsStr::new("f"), FILE, RDWR)
                 .await
                 .unwrap();
-            let (ino, fh) = (created.attr.ino, created.fh);
+            let (ino, fh) = (created.entry.attr.ino, created.opened.handle);
             fs.write(next(), ino, fh, 0, b"kept", WriteFlags::default())
                 .await
                 .unwrap();
@@ -393,10 +395,7 @@ fn renewal_keeps_handles_past_their_lease_and_forgets_expired_ones() {
                 async move { fs.run_handle_renewal().await }
             });
             tokio::time::sleep(2 * HANDLE_LEASE).await;
-            assert_eq!(
-                &fs.read(next(), ino, fh, 0, 16).await.unwrap().data[..],
-                b"kept"
-            );
+            assert_eq!(&fs.read(next(), ino, fh, 0, 16).await.unwrap()[..], b"kept");
             renewal.abort();
 
             // Not renewed for longer than the lease: the worker reclaims it (EBADF), and the
