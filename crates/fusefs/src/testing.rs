@@ -159,6 +159,7 @@ impl WorkerVolume {
     pub async fn start_worker_again(&mut self) -> Result<(), worker::Error> {
         let mut config = Config::new(self.address, &self.state_dir, self.pki.tls());
         config.timings = self.timings;
+        config.reopen = worker::testing::reopen_for_this_process();
         config.volumes = vec![self.spec.clone()];
         let server = Server::start(config, Tokens::new([TOKEN]), Arc::new(SystemClock)).await?;
         self.server = Some(server);

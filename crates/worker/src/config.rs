@@ -155,6 +155,28 @@ impl std::str::FromStr for VolumeSpec {
     }
 }
 
+/// How the worker opens a file again that it named earlier, knowing only its inode number.
+///
+/// Both ways give the same inode numbers and generations (derived from the filesystem's file
+/// handle and journaled), so a reused inode number is refused (`ESTALE`) either way. They
+/// differ in privilege, cost and what survives a restart.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Reopen {
+    /// By the filesystem's file handle (`open_by_handle_at(2)`), relative to the volume's data
+    /// directory. Needs `CAP_DAC_READ_SEARCH` (in practice root) and holds nothing open per
+    /// file; references survive a restart of the worker. What production uses.
+    #[default]
+    ByHandle,
+    /// Through an `O_PATH` descriptor the worker keeps of every inode it names, reopened by way
+    /// of `/proc/self/fd`. Needs no privilege, but holds one descriptor per named inode until
+    /// the file's last link is removed through the worker (so the process's `RLIMIT_NOFILE`
+    /// bounds how many files a volume can name), and a restarted worker has lost its
+    /// references: a file ID from before the restart is `ESTALE` until the file is named again
+    /// (looked up or listed), after which it opens with its old generation. For tests and
+    /// unprivileged experiments, never production.
+    ByDescriptor,
+}
+
 /// Whether this endpoint leads the group or follows a leader.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Role {
@@ -191,6 +213,8 @@ pub struct Config {
     pub queue_depth: usize,
     /// Volumes to create (or check) at startup.
     pub volumes: Vec<VolumeSpec>,
+    /// How files are opened again by inode number ([`Reopen::ByHandle`]).
+    pub reopen: Reopen,
 }
 
 impl Config {
@@ -206,6 +230,7 @@ impl Config {
             compact_after: 1024,
             queue_depth: 1024,
             volumes: Vec::new(),
+            reopen: Reopen::ByHandle,
         }
     }
 }

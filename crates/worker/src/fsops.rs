@@ -846,6 +846,7 @@ mod tests {
                 dedup_capacity: 64,
                 dedup_retention_ms: 30_000,
                 compact_after: 1000,
+                reopen: crate::inode::reopen_for_tests(),
             };
             let volume = Volume::open(state.path(), &spec, options).unwrap();
             Applied {
@@ -925,7 +926,7 @@ mod tests {
     fn a_killing_write_changes_the_mode_before_the_data_in_one_apply_step() {
         if !test_support::requires_root(
             "a_killing_write_changes_the_mode_before_the_data_in_one_apply_step",
-            "the worker opens files by handle",
+            "without CAP_FSETID the kernel itself clears set-ID bits on the worker's plain write",
         ) {
             return;
         }

@@ -17,7 +17,8 @@
 //! - **Stable file identity.** Inode numbers are the backing filesystem's (the root is always
 //!   [`ROOT_INO`]) and inode generations are journaled, so both survive a restart, and a reused
 //!   inode number gets a new generation. Files are opened by file handle, never by walking a
-//!   path, and no symbolic link is ever followed.
+//!   path, and no symbolic link is ever followed. Tests and unprivileged experiments can
+//!   instead reopen files through descriptors the worker keeps ([`Reopen::ByDescriptor`]).
 //! - **Handles.** Open handles carry leases; expired ones are reclaimed in expiry order.
 //! - **A group, honestly small.** Follower endpoints (the same binary with
 //!   [`Role::Follower`]) hold no state: they answer NOT_LEADER with a hint naming the leader,
@@ -30,8 +31,9 @@
 //!
 //! What it does not do: replicate (there is one copy, on the leader's disk), forward calls from
 //! followers, keep open handles or the reply cache across a restart, or manage volumes beyond
-//! creating them (the admin call stands in for the manager). Opening files by handle needs
-//! `CAP_DAC_READ_SEARCH` and a filesystem that supports file handles (ext4, xfs, btrfs, tmpfs).
+//! creating them (the admin call stands in for the manager). Opening files by handle (the
+//! default, [`Reopen::ByHandle`]) needs `CAP_DAC_READ_SEARCH`; both ways need a filesystem
+//! that supports file handles (ext4, xfs, btrfs, tmpfs).
 //!
 //! # Example
 //!
@@ -81,7 +83,7 @@ mod volume;
 
 pub use auth::Tokens;
 pub use clock::{Clock, ManualClock, SystemClock};
-pub use config::{AccessMode, Config, Role, Timings, VolumeSpec};
+pub use config::{AccessMode, Config, Reopen, Role, Timings, VolumeSpec};
 pub use error::Error;
 pub use faults::{Arrival, FaultSettings, Faults};
 pub use inode::{ROOT_GENERATION, ROOT_INO};

@@ -212,6 +212,7 @@ fn options(config: &Config) -> VolumeOptions {
         // A retry reaches the worker at most one call budget after the first attempt.
         dedup_retention_ms: ms(config.timings.call_budget).saturating_mul(2),
         compact_after: config.compact_after.max(1),
+        reopen: config.reopen,
     }
 }
 
@@ -627,7 +628,7 @@ async fn admin_volumes(shared: &Arc<Shared>, request: Request<Incoming>) -> Http
     };
     let body = match created {
         Ok(Ok(())) => serde_json::json!({ "volume": spec }),
-        Ok(Err(error)) => serde_json::json!({ "error": error_chain(&error) }),
+        Ok(Err(error)) => serde_json::json!({ "error": error_text::chain(&error) }),
         Err(_) => serde_json::json!({ "error": "volume creation panicked" }),
     };
     json(status, &body)
@@ -644,7 +645,7 @@ async fn admin_faults(shared: &Arc<Shared>, request: Request<Incoming>) -> HttpR
     {
         return json(
             StatusCode::INTERNAL_SERVER_ERROR,
-            &serde_json::json!({ "error": error_chain(&error) }),
+            &serde_json::json!({ "error": error_text::chain(&error) }),
         );
     }
     json(
@@ -655,15 +656,4 @@ async fn admin_faults(shared: &Arc<Shared>, request: Request<Incoming>) -> HttpR
 
 fn settings_json(settings: &FaultSettings) -> serde_json::Value {
     serde_json::to_value(settings).unwrap_or(serde_json::Value::Null)
-}
-
-fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }

@@ -1,5 +1,10 @@
 //! Test support for crates that test against the reference worker: a throwaway PKI and a
 //! leader on loopback. Behind the `testing` feature; never for production.
+//!
+//! A test leader opens files the way [`reopen_for_this_process`] picks: by handle
+//! (production's way) as root, by descriptor otherwise, so the tests also run unprivileged.
+//! What by descriptor cannot do (survive a restart with its file references, act as another
+//! user) is for tests that call `test_support::requires_root`.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -12,7 +17,8 @@ use rcgen::{
 use worker_proto::VolumeGeneration;
 
 use crate::{
-    AccessMode, Config, Error, Server, SystemClock, Timings, TlsMaterial, Tokens, VolumeSpec,
+    AccessMode, Config, Error, Reopen, Server, SystemClock, Timings, TlsMaterial, Tokens,
+    VolumeSpec,
 };
 
 /// A CA with a server certificate for `127.0.0.1`/`localhost` and a client certificate, all
@@ -106,8 +112,20 @@ pub fn volume(id: &str, access_mode: AccessMode) -> VolumeSpec {
     }
 }
 
+/// How a test worker in this process opens files again: [`Reopen::ByHandle`], production's
+/// way, when the process runs as root (as CI does), else [`Reopen::ByDescriptor`], which needs
+/// no privilege but loses its file references across a restart. [`leader`] uses it; a
+/// harness that builds its own [`Config`] sets `config.reopen` to it.
+pub fn reopen_for_this_process() -> Reopen {
+    if rustix::process::geteuid().is_root() {
+        Reopen::ByHandle
+    } else {
+        Reopen::ByDescriptor
+    }
+}
+
 /// Starts a leader on `127.0.0.1:0` serving `volumes` from `state_dir`, accepting `token`, with
-/// `timings`.
+/// `timings`, opening files the way [`reopen_for_this_process`] picks.
 pub async fn leader(
     pki: &Pki,
     state_dir: &Path,
@@ -118,6 +136,7 @@ pub async fn leader(
     let mut config = Config::new(([127, 0, 0, 1], 0).into(), state_dir, pki.tls());
     config.timings = timings;
     config.volumes = volumes.to_vec();
+    config.reopen = reopen_for_this_process();
     Server::start(config, Tokens::new([token]), Arc::new(SystemClock)).await
 }
 

@@ -26,7 +26,7 @@ use crate::handles::HandleTable;
 use crate::inode::InodeTable;
 use crate::lease::{LeaseCommand, LeaseOutcome, LeaseState};
 use crate::meta::{self, MetaStore, Record, Snapshot};
-use crate::{AccessMode, VolumeSpec};
+use crate::{AccessMode, Reopen, VolumeSpec};
 
 /// The settings of one volume's apply loop.
 #[derive(Clone, Copy, Debug)]
@@ -36,6 +36,7 @@ pub(crate) struct VolumeOptions {
     pub(crate) dedup_capacity: usize,
     pub(crate) dedup_retention_ms: u64,
     pub(crate) compact_after: usize,
+    pub(crate) reopen: Reopen,
 }
 
 #[derive(Debug)]
@@ -130,8 +131,13 @@ impl Volume {
             Mode::empty(),
         )
         .map_err(|e| Error::io("open", &data, e.into()))?;
-        let inodes = InodeTable::new(root, &snapshot.inodes, snapshot.next_generation)
-            .map_err(|e| Error::io("make file handles in", &data, e))?;
+        let inodes = InodeTable::new(
+            root,
+            &snapshot.inodes,
+            snapshot.next_generation,
+            options.reopen,
+        )
+        .map_err(|e| Error::io(e.action, &data, e.source))?;
         let mut nonce = [0u8; 4];
         rustix::rand::getrandom(&mut nonce, rustix::rand::GetRandomFlags::empty())
             .map_err(|e| Error::io("draw a handle nonce for", &dir, e.into()))?;

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use lease_client::{Error, Refusal};
-use worker::{ManualClock, Server, SystemClock, Tokens};
+use worker::{ManualClock, Reopen, Server, SystemClock, Tokens};
 use worker_proto::v1;
 use worker_proto::v1::request::Op;
 
@@ -18,6 +18,12 @@ fn errno(error: &Error) -> Option<i32> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn inode_numbers_and_generations_survive_restarts() {
+    if !test_support::requires_root(
+        "inode_numbers_and_generations_survive_restarts",
+        "file IDs survive a restart only when files are opened by handle",
+    ) {
+        return;
+    }
     let pki = pki("inodes");
     let dir = tempfile::tempdir().unwrap();
     let spec = rwx("vol");
@@ -58,6 +64,65 @@ async fn inode_numbers_and_generations_survive_restarts() {
     assert_eq!(file_of(&c.call(getattr(file)).await.unwrap()), file);
 
     // Once its last link is gone, the old file ID is stale.
+    c.call(unlink(root(), "moved")).await.unwrap();
+    let gone = c.call(getattr(file)).await.unwrap_err();
+    assert_eq!(errno(&gone), Some(libc::ESTALE));
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn by_descriptor_a_restart_loses_file_ids_until_the_files_are_named_again() {
+    let pki = pki("descriptors");
+    let dir = tempfile::tempdir().unwrap();
+    let spec = rwx("vol");
+    let mut config = config(&pki, dir.path(), std::slice::from_ref(&spec));
+    config.reopen = Reopen::ByDescriptor;
+    let server = Server::start(config, Tokens::new([TOKEN]), Arc::new(SystemClock))
+        .await
+        .unwrap();
+    let c = client(&pki, &spec, &[server.endpoint()], budgets());
+    let sub = file_of(&c.call(mkdir(root(), "sub")).await.unwrap());
+    let file = file_of(&c.call(create(sub, "file")).await.unwrap());
+    c.call(Op::Rename(v1::RenameRequest {
+        parent: Some(sub),
+        name: b"file".to_vec(),
+        new_parent: Some(root()),
+        new_name: b"moved".to_vec(),
+        flags: 0,
+    }))
+    .await
+    .unwrap();
+    assert_eq!(file_of(&c.call(getattr(file)).await.unwrap()), file);
+
+    // The restarted worker has no descriptors: every file ID but the root's is stale.
+    server.restart().await.unwrap();
+    for lost in [sub, file] {
+        let error = c.call(getattr(lost)).await.unwrap_err();
+        assert_eq!(errno(&error), Some(libc::ESTALE), "{lost:?}");
+    }
+    // Named again (a lookup, a listing), a file has its old ID back: its file handle is the same.
+    assert_eq!(
+        file_of(&c.call(lookup(root(), "moved")).await.unwrap()),
+        file
+    );
+    assert_eq!(file_of(&c.call(getattr(file)).await.unwrap()), file);
+    let listed = c
+        .call(Op::Readdir(v1::ReaddirRequest {
+            dir: Some(root()),
+            handle: None,
+            offset: 0,
+            max_entries: 0,
+            plus: false,
+        }))
+        .await
+        .unwrap();
+    let v1::reply::Result::Readdir(listed) = listed else {
+        panic!("{listed:?}");
+    };
+    assert!(listed.entries.iter().any(|e| e.file == Some(sub)));
+    assert_eq!(file_of(&c.call(getattr(sub)).await.unwrap()), sub);
+
+    // Once its last link is gone, the file ID is stale, as by handle.
     c.call(unlink(root(), "moved")).await.unwrap();
     let gone = c.call(getattr(file)).await.unwrap_err();
     assert_eq!(errno(&gone), Some(libc::ESTALE));

@@ -51,10 +51,13 @@ pub(crate) fn rwx(id: &str) -> VolumeSpec {
     }
 }
 
+/// A leader's config; files are reopened by handle as root, by descriptor otherwise
+/// ([`worker::testing::reopen_for_this_process`]).
 pub(crate) fn config(pki: &Pki, state_dir: &std::path::Path, volumes: &[VolumeSpec]) -> Config {
     let mut config = Config::new("127.0.0.1:0".parse().unwrap(), state_dir, pki.tls());
     config.timings = timings();
     config.volumes = volumes.to_vec();
+    config.reopen = worker::testing::reopen_for_this_process();
     config
 }
 
