@@ -99,7 +99,7 @@ pub struct Error {
 }
 
 impl Error {
-    fn new(action: &'static str, name: &OsStr, source: impl Into<io::Error>) -> Self {
+    pub(crate) fn new(action: &'static str, name: &OsStr, source: impl Into<io::Error>) -> Self {
         Error {
             action,
             name: name.to_owned(),
@@ -140,7 +140,7 @@ pub fn temp_name(name: impl AsRef<OsStr>) -> OsString {
 
 /// `name` if it is one name inside the directory: not empty, `.` or `..`, and without a `/`
 /// (which would make the calls walk, and follow, the components before it).
-fn single_name(name: &OsStr) -> Result<&OsStr, Error> {
+pub(crate) fn single_name(name: &OsStr) -> Result<&OsStr, Error> {
     use std::os::unix::ffi::OsStrExt as _;
     let bytes = name.as_bytes();
     if bytes.is_empty() || bytes == b"." || bytes == b".." || bytes.contains(&b'/') {

@@ -1,7 +1,7 @@
 //! Reading a small file back, as carefully as it was written.
 
 use std::ffi::{OsStr, OsString};
-use std::io::{self, Read as _};
+use std::io::Read as _;
 use std::os::fd::BorrowedFd;
 
 use rustix::fs::{AtFlags, FileType, Mode, OFlags, Stat};
@@ -11,6 +11,7 @@ use crate::Error;
 
 /// What [`read`] found instead of a small regular file, or the step that failed.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ReadError {
     /// The name is a symbolic link; it was not followed.
     #[error("{name:?} is a symbolic link")]
@@ -34,9 +35,16 @@ pub enum ReadError {
         /// The limit the caller set.
         limit: u64,
     },
-    /// A step failed, or the name was swapped for another file between the look and the open.
+    /// The name was swapped for another file between the look and the open (something else
+    /// writes the directory).
+    #[error("{name:?} was swapped for another file while it was opened")]
+    Swapped {
+        /// The name inside the directory.
+        name: OsString,
+    },
+    /// A step failed, or the name is not a single file name.
     #[error(transparent)]
-    Io(#[from] Error),
+    Failed(#[from] Error),
 }
 
 /// Reads the file `name` in `dir` whole, when it is a regular file of at most `limit` bytes.
@@ -63,9 +71,10 @@ pub fn read(
 /// mode, the link count: whatever the caller requires) before [`Opened::read`].
 ///
 /// # Errors
-/// [`ReadError`]: what the name turned out to be, or the step that failed.
+/// [`ReadError`]: what the name turned out to be, or the step that failed; a `name` that is not
+/// a single file name (empty, `.`, `..`, or with a `/`) is [`ReadError::Failed`].
 pub fn open(dir: BorrowedFd<'_>, name: impl AsRef<OsStr>) -> Result<Option<Opened>, ReadError> {
-    let name = name.as_ref();
+    let name = crate::single_name(name.as_ref())?;
     let seen = match rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) {
         Ok(stat) => stat,
         Err(Errno::NOENT) => return Ok(None),
@@ -89,12 +98,15 @@ pub fn open(dir: BorrowedFd<'_>, name: impl AsRef<OsStr>) -> Result<Option<Opene
     let stat = rustix::fs::fstat(&fd).map_err(|e| Error::new("stat", name, e))?;
     regular(&stat, name)?;
     if (stat.st_dev, stat.st_ino) != (seen.st_dev, seen.st_ino) {
-        let swapped = io::Error::other("the name was swapped for another file while it was opened");
-        return Err(Error::new("open", name, swapped).into());
+        return Err(ReadError::Swapped {
+            name: name.to_owned(),
+        });
     }
+    let file = std::fs::File::from(fd);
+    let metadata = file.metadata().map_err(|e| Error::new("stat", name, e))?;
     Ok(Some(Opened {
-        file: std::fs::File::from(fd),
-        stat,
+        file,
+        metadata,
         name: name.to_owned(),
     }))
 }
@@ -103,14 +115,15 @@ pub fn open(dir: BorrowedFd<'_>, name: impl AsRef<OsStr>) -> Result<Option<Opene
 #[derive(Debug)]
 pub struct Opened {
     file: std::fs::File,
-    stat: Stat,
+    metadata: std::fs::Metadata,
     name: OsString,
 }
 
 impl Opened {
-    /// The opened file's status, taken from the descriptor itself.
-    pub fn stat(&self) -> &Stat {
-        &self.stat
+    /// The opened file's status, taken from the descriptor itself
+    /// ([`std::os::unix::fs::MetadataExt`] has the owner, mode and link count).
+    pub fn metadata(&self) -> &std::fs::Metadata {
+        &self.metadata
     }
 
     /// Reads the whole file, refusing it when it holds more than `limit` bytes (checked before
@@ -124,7 +137,7 @@ impl Opened {
             size,
             limit,
         };
-        let size = u64::try_from(self.stat.st_size).unwrap_or(u64::MAX);
+        let size = self.metadata.len();
         if size > limit {
             return Err(too_large(size));
         }

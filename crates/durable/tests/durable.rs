@@ -5,7 +5,7 @@
 
 use std::fs::{self, File};
 use std::os::fd::AsFd;
-use std::os::unix::fs::MetadataExt;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
 
 use tak_os_durable::{self as durable, Options, Outcome, Replace, Step};
@@ -197,7 +197,7 @@ fn a_read_returns_what_a_write_wrote_and_none_for_a_missing_name() {
         b"sixteen bytes!!!"
     );
     let opened = durable::open(dir.as_fd(), "a").unwrap().unwrap();
-    assert_eq!(opened.stat().st_mode & 0o7777, 0o600);
+    assert_eq!(opened.metadata().permissions().mode() & 0o7777, 0o600);
     assert_eq!(opened.read(16).unwrap().len(), 16);
 }
 
@@ -248,5 +248,20 @@ fn a_read_follows_no_link_and_opens_nothing_but_a_regular_file() {
             "{name}: {error:?}"
         );
         assert!(error.to_string().contains(name), "{error}");
+    }
+}
+
+#[test]
+fn a_read_takes_one_name_and_never_walks_a_path() {
+    let tmp = tempfile::tempdir().unwrap();
+    fs::create_dir(tmp.path().join("sub")).unwrap();
+    fs::write(tmp.path().join("sub/a"), b"a").unwrap();
+    let dir = open(tmp.path());
+    for name in ["sub/a", "../a", "", ".", ".."] {
+        let error = durable::read(dir.as_fd(), name, 64).unwrap_err();
+        assert!(
+            matches!(error, durable::ReadError::Failed(_)),
+            "{name:?}: {error:?}"
+        );
     }
 }

@@ -79,7 +79,13 @@ pub(crate) fn read_record_file(
         durable::ReadError::Symlink { .. } => Error::corrupt(path, "is a symlink"),
         durable::ReadError::NotRegularFile { .. } => Error::corrupt(path, "is not a regular file"),
         durable::ReadError::TooLarge { .. } => Error::corrupt(path, "is too large"),
-        durable::ReadError::Io(e) => Error::io(e.action(), path, e.into_io_error()),
+        durable::ReadError::Failed(e) => Error::io(e.action(), path, e.into_io_error()),
+        durable::ReadError::Swapped { .. } => Error::io(
+            "open",
+            path,
+            io::Error::other("the record was replaced while it was opened"),
+        ),
+        other => Error::io("open", path, io::Error::other(other)),
     })
 }
 

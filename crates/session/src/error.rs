@@ -3,7 +3,7 @@
 use std::io;
 use std::path::{Path, PathBuf};
 
-use crate::MountEpoch;
+use crate::{AccessMode, MountEpoch};
 
 /// What kind of failure an [`Error`] is, so a caller can map every error to exactly one gRPC
 /// code with an exhaustive `match`. Deliberately not `#[non_exhaustive]`: a new kind must force
@@ -18,10 +18,15 @@ pub enum ErrorKind {
     /// owner, a mode wider than 0600, extra hard links. Rejected, never repaired.
     Unsafe,
     /// The record's content cannot be trusted: too large, not JSON, an unknown field or format
-    /// version, an invalid value.
+    /// version, an invalid value, a record of one access mode under the other's name, or both
+    /// an RWO and an RWX record beside one staging path.
     Corrupt,
     /// The record names another volume, generation, node or mount epoch than the caller's.
     IdentityMismatch,
+    /// The staging path holds a session of the caller's identity but of another access mode
+    /// (RWO against RWX): the request is an incompatible repeat of NodeStageVolume, which CSI
+    /// answers with `ALREADY_EXISTS` ("volume staged at this path, but incompatible").
+    Incompatible,
     /// An operating-system call failed.
     Io,
 }
@@ -111,20 +116,22 @@ pub enum Error {
         /// [`MAX_RECORD_BYTES`](crate::MAX_RECORD_BYTES).
         limit: u64,
     },
-    /// The record is not a valid record of its format version.
+    /// The record is not a valid record of its format version, or its name is the other access
+    /// mode's (an RWX record in `<staging>.rwo-session`, or the other way round).
     #[error("malformed session record{}: {problem}", at(.path.as_deref()))]
     Malformed {
         /// The record path; `None` from [`parse`](crate::parse).
         path: Option<PathBuf>,
         /// What is wrong.
         problem: String,
-        /// The JSON error, when there is one.
+        /// The JSON parser's error, when there is one (boxed, so that the parser is not part
+        /// of this crate's API).
         #[source]
-        source: Option<serde_json::Error>,
+        source: Option<Box<dyn std::error::Error + Send + Sync>>,
     },
     /// The record's format version is not one this library reads.
     #[error(
-        "session record{} has unknown format version {found}; this library reads version {supported}",
+        "session record{} has unknown format version {found}; this library reads versions 1 to {supported}",
         at(.path.as_deref())
     )]
     UnsupportedFormat {
@@ -132,8 +139,21 @@ pub enum Error {
         path: Option<PathBuf>,
         /// The version in the record.
         found: u64,
-        /// [`FORMAT_VERSION`](crate::FORMAT_VERSION).
+        /// The newest version this library reads, [`FORMAT_VERSION`](crate::FORMAT_VERSION); it
+        /// reads every version from 1 up to it.
         supported: u32,
+    },
+    /// Both an RWO and an RWX record exist beside one staging path. This library never writes
+    /// that state, so it does not choose between them: every operation refuses it and leaves
+    /// both files as they are.
+    #[error(
+        "session records {rwo:?} and {rwx:?} both exist; a staging path has at most one, so neither is trusted"
+    )]
+    ConflictingRecords {
+        /// The RWO record's path.
+        rwo: PathBuf,
+        /// The RWX record's path.
+        rwx: PathBuf,
     },
     /// The record names another volume, generation or node than the caller expects.
     #[error("session record {path:?} names {field} {found}, not {expected}")]
@@ -146,6 +166,17 @@ pub enum Error {
         found: String,
         /// The value the caller expects (strings quoted).
         expected: String,
+    },
+    /// The staging path holds a session of the caller's identity for another access mode than
+    /// the caller's: it was staged RWO and is asked for RWX, or the other way round.
+    #[error("session record {path:?} is for access mode {found}, not {expected}")]
+    AccessModeMismatch {
+        /// The existing record's path.
+        path: PathBuf,
+        /// The access mode of the existing record.
+        found: AccessMode,
+        /// The access mode the caller asked for.
+        expected: AccessMode,
     },
     /// The record belongs to another claim of the same volume.
     #[error("session record {path:?} holds mount epoch {found}, not {expected}")]
@@ -194,12 +225,14 @@ impl Error {
             | Self::ForeignOwner { .. }
             | Self::WrongMode { .. }
             | Self::HardLinked { .. } => ErrorKind::Unsafe,
-            Self::TooLarge { .. } | Self::Malformed { .. } | Self::UnsupportedFormat { .. } => {
-                ErrorKind::Corrupt
-            }
+            Self::TooLarge { .. }
+            | Self::Malformed { .. }
+            | Self::UnsupportedFormat { .. }
+            | Self::ConflictingRecords { .. } => ErrorKind::Corrupt,
             Self::IdentityMismatch { .. } | Self::EpochMismatch { .. } => {
                 ErrorKind::IdentityMismatch
             }
+            Self::AccessModeMismatch { .. } => ErrorKind::Incompatible,
             Self::Io { .. } => ErrorKind::Io,
         }
     }

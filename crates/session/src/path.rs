@@ -4,18 +4,22 @@ use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
-use crate::Error;
+use crate::{AccessMode, Error};
 
-/// What a staging path's file name gets to become its session record's name.
-pub const RECORD_SUFFIX: &str = ".rwo-session";
+/// What a staging path's file name gets to become the name of its RWO session record.
+pub const RWO_RECORD_SUFFIX: &str = ".rwo-session";
+
+/// What a staging path's file name gets to become the name of its RWX session record.
+pub const RWX_RECORD_SUFFIX: &str = ".rwx-session";
 
 /// Linux `PATH_MAX`, counting the terminating NUL.
 const MAX_PATH_BYTES: usize = 4096;
 /// Linux `NAME_MAX`.
 const MAX_NAME_BYTES: usize = 255;
 
-/// The session record path of a staging path: `<staging>.rwo-session`, in the staging path's
-/// parent directory, and the temp name its durable writes go through.
+/// The session record paths of a staging path, in the staging path's parent directory:
+/// `<staging>.rwo-session` for an RWO session and `<staging>.rwx-session` for an RWX one (at
+/// most one of them exists), and the temp names their durable writes go through.
 ///
 /// Building one touches no file system; in particular the staging path itself, which may be a
 /// dead FUSE mount, is never looked at by this crate.
@@ -23,14 +27,14 @@ const MAX_NAME_BYTES: usize = 255;
 pub struct SessionPath {
     staging: PathBuf,
     directory: PathBuf,
-    record_name: OsString,
-    temp_name: OsString,
+    rwo_name: OsString,
+    rwx_name: OsString,
 }
 
 impl SessionPath {
     /// The session path for `staging`, which must be absolute and clean: no `.`, `..` or empty
-    /// components, no trailing slash, no NUL, not `/`, and short enough that the record and
-    /// its temp file fit `PATH_MAX` and `NAME_MAX`.
+    /// components, no trailing slash, no NUL, not `/`, and short enough that both records and
+    /// their temp files fit `PATH_MAX` and `NAME_MAX`.
     pub fn new(staging: &Path) -> Result<Self, Error> {
         let bytes = staging.as_os_str().as_bytes();
         let invalid = |reason| {
@@ -61,22 +65,31 @@ impl SessionPath {
         let (Some(directory), Some(name)) = (staging.parent(), staging.file_name()) else {
             return invalid("it has no parent directory");
         };
-        let mut record_name = name.to_owned();
-        record_name.push(RECORD_SUFFIX);
-        // Fixed, not random: a leftover is recognised and replaced by the next write; the
-        // caller's per-volume serialisation keeps two writers of one record apart.
-        let temp_name = durable::temp_name(&record_name);
-        if temp_name.len() > MAX_NAME_BYTES {
-            return invalid("its last component is too long to carry a session record");
-        }
-        if bytes.len() + 1 + temp_name.len() >= MAX_PATH_BYTES {
-            return invalid("it is too long to carry a session record");
+        let record_name = |suffix| {
+            let mut record_name = name.to_owned();
+            record_name.push(suffix);
+            record_name
+        };
+        let (rwo_name, rwx_name) = (
+            record_name(RWO_RECORD_SUFFIX),
+            record_name(RWX_RECORD_SUFFIX),
+        );
+        for record_name in [&rwo_name, &rwx_name] {
+            // Fixed, not random: a leftover is recognised and replaced by the next write; the
+            // caller's per-volume serialisation keeps two writers of one record apart.
+            let temp_name = durable::temp_name(record_name);
+            if temp_name.len() > MAX_NAME_BYTES {
+                return invalid("its last component is too long to carry a session record");
+            }
+            if bytes.len() + 1 + temp_name.len() >= MAX_PATH_BYTES {
+                return invalid("it is too long to carry a session record");
+            }
         }
         Ok(Self {
             staging: staging.to_owned(),
             directory: directory.to_owned(),
-            record_name,
-            temp_name,
+            rwo_name,
+            rwx_name,
         })
     }
 
@@ -90,19 +103,27 @@ impl SessionPath {
         &self.directory
     }
 
-    /// The record's full path, `<staging>.rwo-session`.
-    pub fn record(&self) -> PathBuf {
-        self.directory.join(&self.record_name)
+    /// The full path of the record of a session of `mode`: `<staging>.rwo-session` or
+    /// `<staging>.rwx-session`.
+    pub fn record(&self, mode: AccessMode) -> PathBuf {
+        self.directory.join(self.record_name(mode))
     }
 
-    /// The temp file's full path, `.<staging name>.rwo-session.tmp` beside the record. A file
-    /// there is a leftover of an interrupted write: never read, removed by the next write.
-    pub fn temp(&self) -> PathBuf {
-        self.directory.join(&self.temp_name)
+    /// The full path of the temp file of `mode`'s record, `.<staging name>.rwo-session.tmp` or
+    /// `.<staging name>.rwx-session.tmp` beside it. A file there is a leftover of an
+    /// interrupted write: never read, removed by the next write of that record or by
+    /// [`SessionFile::remove`](crate::SessionFile::remove).
+    pub fn temp(&self, mode: AccessMode) -> PathBuf {
+        self.directory
+            .join(durable::temp_name(self.record_name(mode)))
     }
 
-    pub(crate) fn record_name(&self) -> &OsStr {
-        &self.record_name
+    /// The name of `mode`'s record inside [`directory`](Self::directory).
+    pub(crate) fn record_name(&self, mode: AccessMode) -> &OsStr {
+        match mode {
+            AccessMode::ReadWriteOnce => &self.rwo_name,
+            AccessMode::ReadWriteMany => &self.rwx_name,
+        }
     }
 }
 
@@ -119,15 +140,30 @@ mod tests {
         let path = SessionPath::new(Path::new("/var/lib/kubelet/csi/abc/globalmount")).unwrap();
         assert_eq!(path.directory(), Path::new("/var/lib/kubelet/csi/abc"));
         assert_eq!(
-            path.record(),
+            path.record(AccessMode::ReadWriteOnce),
             Path::new("/var/lib/kubelet/csi/abc/globalmount.rwo-session")
         );
         assert_eq!(
-            path.temp(),
+            path.temp(AccessMode::ReadWriteOnce),
             Path::new("/var/lib/kubelet/csi/abc/.globalmount.rwo-session.tmp")
         );
+        assert_eq!(
+            path.record(AccessMode::ReadWriteMany),
+            Path::new("/var/lib/kubelet/csi/abc/globalmount.rwx-session")
+        );
+        assert_eq!(
+            path.temp(AccessMode::ReadWriteMany),
+            Path::new("/var/lib/kubelet/csi/abc/.globalmount.rwx-session.tmp")
+        );
         let top = SessionPath::new(Path::new("/stage")).unwrap();
-        assert_eq!(top.record(), Path::new("/stage.rwo-session"));
+        assert_eq!(
+            top.record(AccessMode::ReadWriteOnce),
+            Path::new("/stage.rwo-session")
+        );
+        assert_eq!(
+            top.record(AccessMode::ReadWriteMany),
+            Path::new("/stage.rwx-session")
+        );
     }
 
     #[test]

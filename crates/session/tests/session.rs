@@ -1,5 +1,6 @@
-//! The session record file through the public API: lifecycle, every refusal, crash leftovers,
-//! the format-version-1 golden record and the fuzz seeds.
+//! The session record files through the public API, for both access modes: lifecycle, every
+//! refusal at either name, the two names conflicting, crash leftovers, the golden records of
+//! format versions 1 and 2, and the fuzz seeds.
 //!
 //! Tests of another owner need root; without it they print `SKIPPED` and return, except when
 //! `CI=true`, where they fail.
@@ -11,34 +12,43 @@
     reason = "test helpers fail loudly; skipped tests say so on stderr"
 )]
 
+use std::collections::BTreeMap;
+use std::ffi::OsString;
 use std::fs;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use tak_os_session::{
-    CreateOutcome, Error, ErrorKind, MountEpoch, SessionFile, SessionIdentity, SessionRecord,
+    AccessMode, CreateOutcome, Error, ErrorKind, MountEpoch, SessionFile, SessionIdentity,
+    SessionRecord, render,
 };
 
 const EPOCH: MountEpoch = MountEpoch::from_bytes([0x42; 16]);
+const RWO: AccessMode = AccessMode::ReadWriteOnce;
+const RWX: AccessMode = AccessMode::ReadWriteMany;
+const MODES: [AccessMode; 2] = [RWO, RWX];
 
 struct Fixture {
     _dir: tempfile::TempDir,
     root: PathBuf,
     staging: PathBuf,
-    record: PathBuf,
-    temp: PathBuf,
 }
 
 fn fixture() -> Fixture {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().to_owned();
-    let staging = root.join("globalmount");
     Fixture {
-        record: root.join("globalmount.rwo-session"),
-        temp: root.join(".globalmount.rwo-session.tmp"),
+        staging: root.join("globalmount"),
         _dir: dir,
         root,
-        staging,
+    }
+}
+
+/// The other access mode.
+fn other(mode: AccessMode) -> AccessMode {
+    match mode {
+        RWO => RWX,
+        RWX => RWO,
     }
 }
 
@@ -47,27 +57,109 @@ impl Fixture {
         SessionFile::open(&self.staging).unwrap()
     }
 
-    /// Writes `bytes` at the record path with `mode`, bypassing the library.
-    fn plant(&self, bytes: &[u8], mode: u32) {
-        fs::write(&self.record, bytes).unwrap();
-        fs::set_permissions(&self.record, fs::Permissions::from_mode(mode)).unwrap();
+    /// The record path of `mode`, spelled out here rather than asked of the library.
+    fn record(&self, mode: AccessMode) -> PathBuf {
+        self.root.join(match mode {
+            RWO => "globalmount.rwo-session",
+            RWX => "globalmount.rwx-session",
+        })
     }
+
+    fn temp(&self, mode: AccessMode) -> PathBuf {
+        self.root.join(match mode {
+            RWO => ".globalmount.rwo-session.tmp",
+            RWX => ".globalmount.rwx-session.tmp",
+        })
+    }
+
+    /// Writes `bytes` at `mode`'s record path with `permissions`, bypassing the library.
+    fn plant(&self, mode: AccessMode, bytes: &[u8], permissions: u32) {
+        let path = self.record(mode);
+        fs::write(&path, bytes).unwrap();
+        fs::set_permissions(&path, fs::Permissions::from_mode(permissions)).unwrap();
+    }
+}
+
+/// One directory entry as far as a refused operation could change it.
+#[derive(Debug, PartialEq, Eq)]
+struct Entry {
+    inode: u64,
+    mode: u32,
+    uid: u32,
+    links: u64,
+    len: u64,
+    bytes: Option<Vec<u8>>,
+    target: Option<PathBuf>,
+}
+
+/// Every entry of the fixture's directory, so a test can show an operation changed nothing.
+/// Only regular files are read (a FIFO would block).
+fn snapshot(fx: &Fixture) -> BTreeMap<OsString, Entry> {
+    fs::read_dir(&fx.root)
+        .unwrap()
+        .map(|entry| {
+            let entry = entry.unwrap();
+            let meta = fs::symlink_metadata(entry.path()).unwrap();
+            let snapshot = Entry {
+                inode: meta.ino(),
+                mode: meta.mode(),
+                uid: meta.uid(),
+                links: meta.nlink(),
+                len: meta.len(),
+                bytes: meta.is_file().then(|| fs::read(entry.path()).unwrap()),
+                target: meta
+                    .is_symlink()
+                    .then(|| fs::read_link(entry.path()).unwrap()),
+            };
+            (entry.file_name(), snapshot)
+        })
+        .collect()
 }
 
 fn identity() -> SessionIdentity {
     SessionIdentity::new("vol-1", 7, "node-a")
 }
 
-fn record(epoch: MountEpoch) -> SessionRecord {
-    SessionRecord::pending(
-        identity(),
-        vec![
-            "https://w1.example:7443".to_owned(),
-            "https://w2.example:7443".to_owned(),
-        ],
-        epoch,
-    )
-    .unwrap()
+fn endpoints() -> Vec<String> {
+    vec![
+        "https://w1.example:7443".to_owned(),
+        "https://w2.example:7443".to_owned(),
+    ]
+}
+
+fn rwo_record(epoch: MountEpoch) -> SessionRecord {
+    SessionRecord::pending_rwo(identity(), endpoints(), epoch).unwrap()
+}
+
+fn rwx_record() -> SessionRecord {
+    SessionRecord::pending_rwx(identity(), endpoints()).unwrap()
+}
+
+/// The test's pending record of `mode`; an RWO one holds [`EPOCH`].
+fn record(mode: AccessMode) -> SessionRecord {
+    match mode {
+        RWO => rwo_record(EPOCH),
+        RWX => rwx_record(),
+    }
+}
+
+/// The epoch a caller of `mode` passes to `mark_stage_completed`.
+fn epoch(mode: AccessMode) -> Option<MountEpoch> {
+    record(mode).epoch()
+}
+
+/// The record of `mode` rendered, with `from` replaced by `to` in its text.
+fn rendered_with(mode: AccessMode, from: &str, to: &str) -> Vec<u8> {
+    let text = String::from_utf8(render(&record(mode))).unwrap();
+    assert!(text.contains(from), "{text:?} lacks {from:?}");
+    text.replace(from, to).into_bytes()
+}
+
+fn version_line(mode: AccessMode) -> &'static str {
+    match mode {
+        RWO => "\"format_version\": 1,",
+        RWX => "\"format_version\": 2,",
+    }
 }
 
 /// Whether a test that needs root can run; says `SKIPPED` when not, and fails in CI.
@@ -80,98 +172,119 @@ fn chain(e: &Error) -> String {
     test_support::error_chain(e)
 }
 
-/// Runs every operation against a planted record that must be refused with `kind`, checking
-/// each error names `problem`, and that the record is left byte for byte as it was.
-fn assert_refused_by_all(fx: &Fixture, kind: ErrorKind, problem: &str) {
-    let before = fs::symlink_metadata(&fx.record).unwrap();
-    let bytes = fs::read(&fx.record).ok();
-    let file = fx.file();
-    let results = [
-        ("load", file.load(&identity()).map(drop)),
-        (
-            "create_pending",
-            file.create_pending(&record(EPOCH)).map(drop),
-        ),
-        (
-            "mark_stage_completed",
-            file.mark_stage_completed(&identity(), EPOCH).map(drop),
-        ),
-        ("remove", file.remove(&identity()).map(drop)),
-    ];
-    for (operation, result) in results {
-        let e = result.expect_err(operation);
-        assert_eq!(e.kind(), kind, "{operation}: {e}");
+/// Every operation, for callers of both access modes, on the fixture's staging path.
+fn every_operation(file: &SessionFile) -> Vec<(String, Result<(), Error>)> {
+    let mut results = vec![("load".to_owned(), file.load(&identity()).map(drop))];
+    for mode in MODES {
+        results.push((
+            format!("create_pending {mode}"),
+            file.create_pending(&record(mode)).map(drop),
+        ));
+        results.push((
+            format!("mark_stage_completed {mode}"),
+            file.mark_stage_completed(&identity(), epoch(mode))
+                .map(drop),
+        ));
+    }
+    results.push(("remove".to_owned(), file.remove(&identity()).map(drop)));
+    results
+}
+
+/// Runs every operation, for callers of both access modes, against what was planted at
+/// `mode`'s record path, which must be refused with `kind`; checks each error names `problem`
+/// and the planted path, and that the directory is left byte for byte as it was.
+fn assert_refused_by_all(fx: &Fixture, mode: AccessMode, kind: ErrorKind, problem: &str) {
+    let before = snapshot(fx);
+    for (operation, result) in every_operation(&fx.file()) {
+        let e = result.expect_err(&operation);
+        assert_eq!(e.kind(), kind, "{mode}: {operation}: {e}");
         let text = chain(&e);
         assert!(
             text.contains(problem),
-            "{operation}: {text:?} lacks {problem:?}"
+            "{mode}: {operation}: {text:?} lacks {problem:?}"
         );
         assert!(
-            text.contains(&format!("{:?}", fx.record)),
-            "{operation}: {text:?} lacks the record path"
+            text.contains(&format!("{:?}", fx.record(mode))),
+            "{mode}: {operation}: {text:?} lacks the record path"
         );
     }
-    let after = fs::symlink_metadata(&fx.record).unwrap();
     assert_eq!(
-        (after.ino(), after.mode(), after.uid(), after.len()),
-        (before.ino(), before.mode(), before.uid(), before.len()),
-        "the refused record was changed"
-    );
-    assert_eq!(
-        fs::read(&fx.record).ok(),
-        bytes,
-        "the refused record was changed"
+        snapshot(fx),
+        before,
+        "{mode}: the refused record was changed"
     );
 }
 
 #[test]
 fn lifecycle_creates_marks_and_removes_durably() {
+    for mode in MODES {
+        let fx = fixture();
+        let file = fx.file();
+        assert_eq!(file.path().record(mode), fx.record(mode));
+        assert_eq!(file.path().temp(mode), fx.temp(mode));
+        assert_eq!(file.load(&identity()).unwrap(), None);
+
+        assert_eq!(
+            file.create_pending(&record(mode)).unwrap(),
+            CreateOutcome::Created
+        );
+        let meta = fs::symlink_metadata(fx.record(mode)).unwrap();
+        assert!(meta.is_file());
+        assert_eq!(meta.mode() & 0o7777, 0o600);
+        assert_eq!(meta.uid(), rustix::process::geteuid().as_raw());
+        assert_eq!(meta.nlink(), 1);
+        assert!(!fx.temp(mode).exists(), "no temp file is left behind");
+        assert!(
+            fs::symlink_metadata(fx.record(other(mode))).is_err(),
+            "{mode}: only the record of its own access mode is written"
+        );
+        assert_eq!(fs::read(fx.record(mode)).unwrap(), render(&record(mode)));
+        let loaded = file.load(&identity()).unwrap().unwrap();
+        assert_eq!(loaded, record(mode));
+        assert_eq!(loaded.access_mode(), mode);
+        assert!(!loaded.stage_completed());
+
+        let completed = file.mark_stage_completed(&identity(), epoch(mode)).unwrap();
+        assert!(completed.stage_completed());
+        assert_eq!(completed.epoch(), epoch(mode));
+        assert_eq!(completed.access_mode(), mode);
+        assert_eq!(file.load(&identity()).unwrap(), Some(completed.clone()));
+        assert_eq!(
+            fs::symlink_metadata(fx.record(mode)).unwrap().mode() & 0o7777,
+            0o600
+        );
+        assert_eq!(fs::read(fx.record(mode)).unwrap(), render(&completed));
+
+        // Marking again writes nothing: the same inode stays in place.
+        let inode = fs::symlink_metadata(fx.record(mode)).unwrap().ino();
+        assert_eq!(
+            file.mark_stage_completed(&identity(), epoch(mode)).unwrap(),
+            completed
+        );
+        assert_eq!(fs::symlink_metadata(fx.record(mode)).unwrap().ino(), inode);
+
+        assert!(file.remove(&identity()).unwrap());
+        assert!(!fx.record(mode).exists());
+        assert!(!file.remove(&identity()).unwrap());
+        assert_eq!(file.load(&identity()).unwrap(), None);
+        // The staging path itself was never created or looked at.
+        assert!(fs::symlink_metadata(&fx.staging).is_err());
+        assert_eq!(snapshot(&fx), BTreeMap::new(), "{mode}: nothing is left");
+    }
+}
+
+#[test]
+fn rwx_record_is_written_as_version_2_without_an_epoch() {
     let fx = fixture();
     let file = fx.file();
-    assert_eq!(file.path().record(), fx.record);
-    assert_eq!(file.load(&identity()).unwrap(), None);
-
     assert_eq!(
-        file.create_pending(&record(EPOCH)).unwrap(),
+        file.create_pending(&rwx_record()).unwrap(),
         CreateOutcome::Created
     );
-    let meta = fs::symlink_metadata(&fx.record).unwrap();
-    assert!(meta.is_file());
-    assert_eq!(meta.mode() & 0o7777, 0o600);
-    assert_eq!(meta.uid(), rustix::process::geteuid().as_raw());
-    assert_eq!(meta.nlink(), 1);
-    assert!(!fx.temp.exists(), "no temp file is left behind");
-    assert_eq!(
-        fs::read(&fx.record).unwrap(),
-        tak_os_session::render(&record(EPOCH))
-    );
-    let loaded = file.load(&identity()).unwrap().unwrap();
-    assert_eq!(loaded, record(EPOCH));
-    assert!(!loaded.stage_completed());
-
-    let completed = file.mark_stage_completed(&identity(), EPOCH).unwrap();
-    assert!(completed.stage_completed());
-    assert_eq!(completed.epoch(), EPOCH);
-    assert_eq!(file.load(&identity()).unwrap(), Some(completed.clone()));
-    assert_eq!(
-        fs::symlink_metadata(&fx.record).unwrap().mode() & 0o7777,
-        0o600
-    );
-
-    // Marking again writes nothing: the same inode stays in place.
-    let inode = fs::symlink_metadata(&fx.record).unwrap().ino();
-    assert_eq!(
-        file.mark_stage_completed(&identity(), EPOCH).unwrap(),
-        completed
-    );
-    assert_eq!(fs::symlink_metadata(&fx.record).unwrap().ino(), inode);
-
-    assert!(file.remove(&identity()).unwrap());
-    assert!(!fx.record.exists());
-    assert!(!file.remove(&identity()).unwrap());
-    assert_eq!(file.load(&identity()).unwrap(), None);
-    // The staging path itself was never created or looked at.
-    assert!(fs::symlink_metadata(&fx.staging).is_err());
+    let text = fs::read_to_string(fx.record(RWX)).unwrap();
+    assert!(text.contains("\"format_version\": 2,"), "{text}");
+    assert!(text.contains("\"access_mode\": \"rwx\","), "{text}");
+    assert!(!text.contains("epoch"), "{text}");
 }
 
 #[test]
@@ -179,15 +292,37 @@ fn create_pending_resumes_an_existing_session_of_the_same_identity() {
     let fx = fixture();
     let file = fx.file();
     assert_eq!(
-        file.create_pending(&record(EPOCH)).unwrap(),
+        file.create_pending(&rwo_record(EPOCH)).unwrap(),
         CreateOutcome::Created
     );
-    let retry = record(MountEpoch::from_bytes([7; 16]));
+    let retry = rwo_record(MountEpoch::from_bytes([7; 16]));
     assert_eq!(
         file.create_pending(&retry).unwrap(),
-        CreateOutcome::Existing(record(EPOCH))
+        CreateOutcome::Existing(rwo_record(EPOCH))
     );
-    let completed = file.mark_stage_completed(&identity(), EPOCH).unwrap();
+    let completed = file.mark_stage_completed(&identity(), Some(EPOCH)).unwrap();
+    assert_eq!(
+        file.create_pending(&retry).unwrap(),
+        CreateOutcome::Existing(completed)
+    );
+}
+
+#[test]
+fn create_pending_resumes_an_existing_rwx_session() {
+    let fx = fixture();
+    let file = fx.file();
+    assert_eq!(
+        file.create_pending(&rwx_record()).unwrap(),
+        CreateOutcome::Created
+    );
+    // A retry with another endpoint set resumes the first attempt's endpoints.
+    let retry =
+        SessionRecord::pending_rwx(identity(), vec!["https://w3.example:7443".to_owned()]).unwrap();
+    assert_eq!(
+        file.create_pending(&retry).unwrap(),
+        CreateOutcome::Existing(rwx_record())
+    );
+    let completed = file.mark_stage_completed(&identity(), None).unwrap();
     assert_eq!(
         file.create_pending(&retry).unwrap(),
         CreateOutcome::Existing(completed)
@@ -196,26 +331,147 @@ fn create_pending_resumes_an_existing_session_of_the_same_identity() {
 
 #[test]
 fn create_pending_refuses_a_record_of_another_identity() {
+    for (existing_mode, mode) in [(RWO, RWO), (RWX, RWX), (RWO, RWX), (RWX, RWO)] {
+        let fx = fixture();
+        let file = fx.file();
+        let stale = SessionIdentity::new("vol-1", 6, "node-a");
+        let existing = match existing_mode {
+            RWO => SessionRecord::pending_rwo(stale, endpoints(), EPOCH),
+            RWX => SessionRecord::pending_rwx(stale, endpoints()),
+        }
+        .unwrap();
+        assert_eq!(
+            file.create_pending(&existing).unwrap(),
+            CreateOutcome::Created
+        );
+        let before = snapshot(&fx);
+        // Another identity is reported before another access mode.
+        let e = file.create_pending(&record(mode)).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::IdentityMismatch);
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "session record {:?} names volume_generation 6, not 7",
+                fx.record(existing_mode)
+            )
+        );
+        assert_eq!(snapshot(&fx), before);
+    }
+}
+
+#[test]
+fn create_pending_of_the_other_access_mode_is_refused_and_changes_nothing() {
+    for existing in MODES {
+        for completed in [false, true] {
+            let fx = fixture();
+            let file = fx.file();
+            assert_eq!(
+                file.create_pending(&record(existing)).unwrap(),
+                CreateOutcome::Created
+            );
+            if completed {
+                file.mark_stage_completed(&identity(), epoch(existing))
+                    .unwrap();
+            }
+            let before = snapshot(&fx);
+            let requested = other(existing);
+            let e = file.create_pending(&record(requested)).unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::Incompatible, "{e}");
+            assert!(
+                matches!(e, Error::AccessModeMismatch { found, expected, .. }
+                    if found == existing && expected == requested),
+                "{e}"
+            );
+            assert_eq!(
+                e.to_string(),
+                format!(
+                    "session record {:?} is for access mode {existing}, not {requested}",
+                    fx.record(existing)
+                )
+            );
+            assert_eq!(
+                snapshot(&fx),
+                before,
+                "the existing record is unchanged and no {requested} record is written"
+            );
+            assert!(fs::symlink_metadata(fx.record(requested)).is_err());
+            assert!(fs::symlink_metadata(fx.temp(requested)).is_err());
+            let loaded = file.load(&identity()).unwrap().unwrap();
+            assert_eq!(loaded.access_mode(), existing);
+            assert_eq!(loaded.stage_completed(), completed);
+        }
+    }
+}
+
+#[test]
+fn mark_stage_completed_of_the_other_access_mode_is_refused() {
+    for existing in MODES {
+        let fx = fixture();
+        let file = fx.file();
+        assert_eq!(
+            file.create_pending(&record(existing)).unwrap(),
+            CreateOutcome::Created
+        );
+        let before = snapshot(&fx);
+        let e = file
+            .mark_stage_completed(&identity(), epoch(other(existing)))
+            .unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Incompatible, "{e}");
+        assert!(
+            e.to_string().ends_with(&format!(
+                "is for access mode {existing}, not {}",
+                other(existing)
+            )),
+            "{e}"
+        );
+        assert_eq!(snapshot(&fx), before);
+        assert!(!file.load(&identity()).unwrap().unwrap().stage_completed());
+    }
+}
+
+#[test]
+fn both_records_present_is_refused_by_every_operation_and_changes_nothing() {
     let fx = fixture();
+    fx.plant(RWO, &render(&record(RWO)), 0o600);
+    fx.plant(RWX, &render(&record(RWX)), 0o600);
+    let before = snapshot(&fx);
     let file = fx.file();
-    let other = SessionRecord::pending(
-        SessionIdentity::new("vol-1", 6, "node-a"),
-        vec!["https://w1.example:7443".to_owned()],
-        EPOCH,
-    )
-    .unwrap();
-    assert_eq!(file.create_pending(&other).unwrap(), CreateOutcome::Created);
-    let before = fs::read(&fx.record).unwrap();
-    let e = file.create_pending(&record(EPOCH)).unwrap_err();
-    assert_eq!(e.kind(), ErrorKind::IdentityMismatch);
-    assert_eq!(
-        e.to_string(),
-        format!(
-            "session record {:?} names volume_generation 6, not 7",
-            fx.record
-        )
+    let expected = format!(
+        "session records {:?} and {:?} both exist; a staging path has at most one, so neither is trusted",
+        fx.record(RWO),
+        fx.record(RWX)
     );
-    assert_eq!(fs::read(&fx.record).unwrap(), before);
+    for (operation, result) in every_operation(&file) {
+        let e = result.expect_err(&operation);
+        assert_eq!(e.kind(), ErrorKind::Corrupt, "{operation}: {e}");
+        assert!(matches!(e, Error::ConflictingRecords { .. }), "{e}");
+        assert_eq!(e.to_string(), expected, "{operation}");
+    }
+    assert_eq!(snapshot(&fx), before, "both records are left as they were");
+
+    // What the records hold does not matter: two names is a conflict before any is parsed.
+    let fx = fixture();
+    fx.plant(RWO, b"garbage", 0o600);
+    fx.plant(RWX, &render(&record(RWX)), 0o600);
+    let e = fx.file().load(&identity()).unwrap_err();
+    assert!(matches!(e, Error::ConflictingRecords { .. }), "{e}");
+}
+
+#[test]
+fn record_under_the_other_access_modes_name_is_refused() {
+    for mode in MODES {
+        let fx = fixture();
+        fx.plant(mode, &render(&record(other(mode))), 0o600);
+        assert_refused_by_all(
+            &fx,
+            mode,
+            ErrorKind::Corrupt,
+            &format!(
+                "holds an {} record; its name is for {mode} records",
+                other(mode)
+            ),
+        );
+    }
 }
 
 #[test]
@@ -234,23 +490,31 @@ fn mismatched_identity_is_refused_naming_the_field() {
             "names node_id \"node-a\", not \"node-b\"",
         ),
     ];
-    for (expected, problem) in cases {
-        let fx = fixture();
-        let file = fx.file();
-        assert_eq!(
-            file.create_pending(&record(EPOCH)).unwrap(),
-            CreateOutcome::Created
-        );
-        for result in [
-            file.load(&expected).map(drop),
-            file.mark_stage_completed(&expected, EPOCH).map(drop),
-            file.remove(&expected).map(drop),
-        ] {
-            let e = result.unwrap_err();
-            assert_eq!(e.kind(), ErrorKind::IdentityMismatch);
-            assert!(e.to_string().contains(problem), "{e}");
+    for mode in MODES {
+        for (expected, problem) in &cases {
+            let fx = fixture();
+            let file = fx.file();
+            assert_eq!(
+                file.create_pending(&record(mode)).unwrap(),
+                CreateOutcome::Created
+            );
+            let before = snapshot(&fx);
+            for result in [
+                file.load(expected).map(drop),
+                file.mark_stage_completed(expected, epoch(mode)).map(drop),
+                file.remove(expected).map(drop),
+            ] {
+                let e = result.unwrap_err();
+                assert_eq!(e.kind(), ErrorKind::IdentityMismatch);
+                assert!(e.to_string().contains(problem), "{e}");
+                assert!(
+                    e.to_string().contains(&format!("{:?}", fx.record(mode))),
+                    "{e}"
+                );
+            }
+            assert_eq!(snapshot(&fx), before);
+            assert_eq!(file.load(&identity()).unwrap(), Some(record(mode)));
         }
-        assert_eq!(file.load(&identity()).unwrap(), Some(record(EPOCH)));
     }
 }
 
@@ -258,16 +522,25 @@ fn mismatched_identity_is_refused_naming_the_field() {
 fn mark_stage_completed_refuses_another_claims_epoch_and_a_missing_record() {
     let fx = fixture();
     let file = fx.file();
-    let e = file.mark_stage_completed(&identity(), EPOCH).unwrap_err();
-    assert_eq!(e.kind(), ErrorKind::NotFound);
-    assert!(e.to_string().ends_with("does not exist"), "{e}");
+    for mode in MODES {
+        let e = file
+            .mark_stage_completed(&identity(), epoch(mode))
+            .unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::NotFound);
+        assert_eq!(
+            e.to_string(),
+            format!("session record {:?} does not exist", fx.record(mode))
+        );
+    }
 
     assert_eq!(
-        file.create_pending(&record(EPOCH)).unwrap(),
+        file.create_pending(&rwo_record(EPOCH)).unwrap(),
         CreateOutcome::Created
     );
     let other = MountEpoch::from_bytes([1; 16]);
-    let e = file.mark_stage_completed(&identity(), other).unwrap_err();
+    let e = file
+        .mark_stage_completed(&identity(), Some(other))
+        .unwrap_err();
     assert_eq!(e.kind(), ErrorKind::IdentityMismatch);
     assert!(
         e.to_string()
@@ -279,36 +552,44 @@ fn mark_stage_completed_refuses_another_claims_epoch_and_a_missing_record() {
 
 #[test]
 fn symlink_at_the_record_path_is_never_followed() {
-    let fx = fixture();
-    // The target is a valid record owned by us: following it would succeed.
-    let target = fx.root.join("elsewhere");
-    fs::write(&target, tak_os_session::render(&record(EPOCH))).unwrap();
-    fs::set_permissions(&target, fs::Permissions::from_mode(0o600)).unwrap();
-    std::os::unix::fs::symlink(&target, &fx.record).unwrap();
+    for mode in MODES {
+        let fx = fixture();
+        // The target is a valid record owned by us: following it would succeed.
+        let target = fx.root.join("elsewhere");
+        fs::write(&target, render(&record(mode))).unwrap();
+        fs::set_permissions(&target, fs::Permissions::from_mode(0o600)).unwrap();
+        std::os::unix::fs::symlink(&target, fx.record(mode)).unwrap();
 
-    assert_refused_by_all(
-        &fx,
-        ErrorKind::Unsafe,
-        "is a symlink; refusing to follow it",
-    );
-    assert!(fs::symlink_metadata(&fx.record).unwrap().is_symlink());
-    assert_eq!(fs::read_link(&fx.record).unwrap(), target);
-    assert_eq!(
-        fs::read(&target).unwrap(),
-        tak_os_session::render(&record(EPOCH))
-    );
-    assert_eq!(fs::metadata(&target).unwrap().mode() & 0o7777, 0o600);
+        assert_refused_by_all(
+            &fx,
+            mode,
+            ErrorKind::Unsafe,
+            "is a symlink; refusing to follow it",
+        );
+        assert!(fs::symlink_metadata(fx.record(mode)).unwrap().is_symlink());
+        assert_eq!(fs::read_link(fx.record(mode)).unwrap(), target);
+        assert_eq!(fs::read(&target).unwrap(), render(&record(mode)));
+        assert_eq!(fs::metadata(&target).unwrap().mode() & 0o7777, 0o600);
+    }
 }
 
 #[test]
 fn dangling_symlink_at_the_record_path_is_not_created_through() {
-    let fx = fixture();
-    let target = fx.root.join("missing");
-    std::os::unix::fs::symlink(&target, &fx.record).unwrap();
-    let e = fx.file().create_pending(&record(EPOCH)).unwrap_err();
-    assert!(matches!(e, Error::Symlink { .. }), "{e}");
-    assert!(!target.exists());
-    assert!(fs::symlink_metadata(&fx.record).unwrap().is_symlink());
+    for mode in MODES {
+        for requested in MODES {
+            let fx = fixture();
+            let target = fx.root.join("missing");
+            std::os::unix::fs::symlink(&target, fx.record(mode)).unwrap();
+            let e = fx.file().create_pending(&record(requested)).unwrap_err();
+            assert!(
+                matches!(e, Error::Symlink { ref path } if *path == fx.record(mode)),
+                "{e}"
+            );
+            assert!(!target.exists());
+            assert!(fs::symlink_metadata(fx.record(mode)).unwrap().is_symlink());
+            assert!(fs::symlink_metadata(fx.record(other(mode))).is_err());
+        }
+    }
 }
 
 #[test]
@@ -316,125 +597,196 @@ fn record_of_another_owner_is_refused() {
     if !root_or_skip("record_of_another_owner_is_refused") {
         return;
     }
-    let fx = fixture();
-    fx.plant(&tak_os_session::render(&record(EPOCH)), 0o600);
-    std::os::unix::fs::chown(&fx.record, Some(1), None).unwrap();
-    assert_refused_by_all(
-        &fx,
-        ErrorKind::Unsafe,
-        "is owned by uid 1, not by this process's uid 0",
-    );
-}
-
-#[test]
-fn record_with_a_wider_mode_is_refused() {
-    for (mode, shown) in [
-        (0o644, "mode 0644"),
-        (0o640, "mode 0640"),
-        (0o604, "mode 0604"),
-        (0o700, "mode 0700"),
-        (0o4600, "mode 4600"),
-    ] {
+    for mode in MODES {
         let fx = fixture();
-        fx.plant(&tak_os_session::render(&record(EPOCH)), mode);
-        assert_refused_by_all(&fx, ErrorKind::Unsafe, shown);
-        assert!(
-            chain(&fx.file().load(&identity()).unwrap_err()).contains("must be 0600 or narrower")
+        fx.plant(mode, &render(&record(mode)), 0o600);
+        std::os::unix::fs::chown(fx.record(mode), Some(1), None).unwrap();
+        assert_refused_by_all(
+            &fx,
+            mode,
+            ErrorKind::Unsafe,
+            "is owned by uid 1, not by this process's uid 0",
         );
     }
 }
 
 #[test]
+fn record_with_a_wider_mode_is_refused() {
+    for mode in MODES {
+        for (permissions, shown) in [
+            (0o644, "mode 0644"),
+            (0o640, "mode 0640"),
+            (0o604, "mode 0604"),
+            (0o700, "mode 0700"),
+            (0o4600, "mode 4600"),
+        ] {
+            let fx = fixture();
+            fx.plant(mode, &render(&record(mode)), permissions);
+            assert_refused_by_all(&fx, mode, ErrorKind::Unsafe, shown);
+            assert!(
+                chain(&fx.file().load(&identity()).unwrap_err())
+                    .contains("must be 0600 or narrower")
+            );
+        }
+    }
+}
+
+#[test]
 fn record_with_a_narrower_mode_is_accepted() {
-    let fx = fixture();
-    fx.plant(&tak_os_session::render(&record(EPOCH)), 0o400);
-    assert_eq!(fx.file().load(&identity()).unwrap(), Some(record(EPOCH)));
+    for mode in MODES {
+        let fx = fixture();
+        fx.plant(mode, &render(&record(mode)), 0o400);
+        assert_eq!(fx.file().load(&identity()).unwrap(), Some(record(mode)));
+    }
 }
 
 #[test]
 fn record_with_another_hard_link_is_refused() {
-    let fx = fixture();
-    fx.plant(&tak_os_session::render(&record(EPOCH)), 0o600);
-    fs::hard_link(&fx.record, fx.root.join("second-name")).unwrap();
-    assert_refused_by_all(&fx, ErrorKind::Unsafe, "has 2 hard links; expected 1");
+    for mode in MODES {
+        let fx = fixture();
+        fx.plant(mode, &render(&record(mode)), 0o600);
+        fs::hard_link(fx.record(mode), fx.root.join("second-name")).unwrap();
+        assert_refused_by_all(&fx, mode, ErrorKind::Unsafe, "has 2 hard links; expected 1");
+    }
 }
 
 #[test]
 fn record_that_is_not_a_regular_file_is_refused() {
-    let fx = fixture();
-    fs::create_dir(&fx.record).unwrap();
-    assert_refused_by_all(&fx, ErrorKind::Unsafe, "is not a regular file");
+    for mode in MODES {
+        let fx = fixture();
+        fs::create_dir(fx.record(mode)).unwrap();
+        assert_refused_by_all(&fx, mode, ErrorKind::Unsafe, "is not a regular file");
 
-    let fx = fixture();
-    rustix::fs::mknodat(
-        rustix::fs::CWD,
-        &fx.record,
-        rustix::fs::FileType::Fifo,
-        rustix::fs::Mode::from_raw_mode(0o600),
-        0,
-    )
-    .unwrap();
-    // A FIFO is never opened, so nothing waits for a writer.
-    let e = fx.file().load(&identity()).unwrap_err();
-    assert!(matches!(e, Error::NotRegularFile { .. }), "{e}");
+        let fx = fixture();
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            fx.record(mode),
+            rustix::fs::FileType::Fifo,
+            rustix::fs::Mode::from_raw_mode(0o600),
+            0,
+        )
+        .unwrap();
+        // A FIFO is never opened, so nothing waits for a writer.
+        let e = fx.file().load(&identity()).unwrap_err();
+        assert!(matches!(e, Error::NotRegularFile { .. }), "{e}");
+    }
 }
 
 #[test]
 fn record_with_an_unknown_format_version_is_refused() {
-    let fx = fixture();
-    let text = String::from_utf8(tak_os_session::render(&record(EPOCH)))
-        .unwrap()
-        .replace(
-            "\"format_version\": 1,",
-            "\"format_version\": 2, \"new_field\": true,",
+    for mode in MODES {
+        let fx = fixture();
+        let bytes = rendered_with(
+            mode,
+            version_line(mode),
+            "\"format_version\": 3, \"new_field\": true,",
         );
-    fx.plant(text.as_bytes(), 0o600);
+        fx.plant(mode, &bytes, 0o600);
+        assert_refused_by_all(
+            &fx,
+            mode,
+            ErrorKind::Corrupt,
+            "has unknown format version 3; this library reads versions 1 to 2",
+        );
+    }
+}
+
+#[test]
+fn rwo_record_without_an_epoch_and_rwx_record_with_one_are_refused() {
+    let fx = fixture();
+    let text = String::from_utf8(render(&record(RWO))).unwrap();
+    let without = text.replace(&format!("  \"epoch\": \"{EPOCH}\",\n"), "");
+    assert_ne!(without, text);
+    fx.plant(RWO, without.as_bytes(), 0o600);
     assert_refused_by_all(
         &fx,
+        RWO,
         ErrorKind::Corrupt,
-        "has unknown format version 2; this library reads version 1",
+        "has access mode rwo but no epoch",
+    );
+
+    let fx = fixture();
+    let bytes = rendered_with(
+        RWX,
+        "\"stage_completed\"",
+        &format!("\"epoch\": \"{EPOCH}\", \"stage_completed\""),
+    );
+    fx.plant(RWX, &bytes, 0o600);
+    assert_refused_by_all(
+        &fx,
+        RWX,
+        ErrorKind::Corrupt,
+        "has access mode rwx and an epoch; an rwx session has no lease",
+    );
+
+    let fx = fixture();
+    let bytes = rendered_with(RWX, version_line(RWX), "\"format_version\": 1,");
+    fx.plant(RWX, &bytes, 0o600);
+    assert_refused_by_all(
+        &fx,
+        RWX,
+        ErrorKind::Corrupt,
+        "has access mode rwx, which format version 1 does not have",
     );
 }
 
 #[test]
 fn garbage_is_refused_as_malformed() {
-    let fx = fixture();
-    fx.plant(b"\x7fELF\x02\x01\x01 not a record", 0o600);
-    assert_refused_by_all(&fx, ErrorKind::Corrupt, "malformed session record");
-    assert!(chain(&fx.file().load(&identity()).unwrap_err()).contains("is not a JSON object"));
+    for mode in MODES {
+        let fx = fixture();
+        fx.plant(mode, b"\x7fELF\x02\x01\x01 not a record", 0o600);
+        assert_refused_by_all(&fx, mode, ErrorKind::Corrupt, "malformed session record");
+        assert!(chain(&fx.file().load(&identity()).unwrap_err()).contains("is not a JSON object"));
 
-    let fx = fixture();
-    fx.plant(b"{\"format_version\": 1, \"volume_id\": \"vol-", 0o600);
-    assert_refused_by_all(&fx, ErrorKind::Corrupt, "is not valid JSON");
+        let fx = fixture();
+        fx.plant(
+            mode,
+            b"{\"format_version\": 1, \"volume_id\": \"vol-",
+            0o600,
+        );
+        assert_refused_by_all(&fx, mode, ErrorKind::Corrupt, "is not valid JSON");
+    }
 }
 
 #[test]
 fn unknown_field_is_refused_so_no_secret_can_hide_in_a_record() {
-    let fx = fixture();
-    let text = String::from_utf8(tak_os_session::render(&record(EPOCH)))
-        .unwrap()
-        .replace(
+    for (mode, version) in [(RWO, 1), (RWX, 2)] {
+        let fx = fixture();
+        let bytes = rendered_with(
+            mode,
             "\"stage_completed\": false",
             "\"stage_completed\": false, \"bearer_token\": \"abc\"",
         );
-    fx.plant(text.as_bytes(), 0o600);
-    assert_refused_by_all(&fx, ErrorKind::Corrupt, "unknown field `bearer_token`");
-    let text = chain(&fx.file().load(&identity()).unwrap_err());
-    assert!(text.contains("does not match format version 1"), "{text}");
-    assert!(!text.contains("abc"), "{text}");
+        fx.plant(mode, &bytes, 0o600);
+        assert_refused_by_all(
+            &fx,
+            mode,
+            ErrorKind::Corrupt,
+            "unknown field `bearer_token`",
+        );
+        let text = chain(&fx.file().load(&identity()).unwrap_err());
+        assert!(
+            text.contains(&format!("does not match format version {version}")),
+            "{text}"
+        );
+        assert!(!text.contains("abc"), "{text}");
+    }
 }
 
 #[test]
 fn oversized_record_is_refused_before_reading() {
-    let fx = fixture();
-    let mut bytes = tak_os_session::render(&record(EPOCH));
-    bytes.resize(tak_os_session::MAX_RECORD_BYTES as usize + 1, b' ');
-    fx.plant(&bytes, 0o600);
-    assert_refused_by_all(
-        &fx,
-        ErrorKind::Corrupt,
-        "is 65537 bytes; the limit is 65536",
-    );
+    for mode in MODES {
+        let fx = fixture();
+        let mut bytes = render(&record(mode));
+        bytes.resize(tak_os_session::MAX_RECORD_BYTES as usize + 1, b' ');
+        fx.plant(mode, &bytes, 0o600);
+        assert_refused_by_all(
+            &fx,
+            mode,
+            ErrorKind::Corrupt,
+            "is 65537 bytes; the limit is 65536",
+        );
+    }
 }
 
 #[test]
@@ -482,86 +834,138 @@ fn unsafe_directories_are_refused() {
 
 #[test]
 fn stale_temp_file_is_ignored_then_cleaned() {
-    let fx = fixture();
-    let file = fx.file();
-    // A crash after the temp file was written, before the rename: the claim was never sent.
-    fs::write(&fx.temp, tak_os_session::render(&record(EPOCH))).unwrap();
-    assert_eq!(file.load(&identity()).unwrap(), None);
-    assert!(!file.remove(&identity()).unwrap());
-    assert!(!fx.temp.exists());
+    for mode in MODES {
+        let fx = fixture();
+        let file = fx.file();
+        // A crash after the temp file was written, before the rename: the claim was never sent.
+        fs::write(fx.temp(mode), render(&record(mode))).unwrap();
+        assert_eq!(file.load(&identity()).unwrap(), None);
+        assert!(!file.remove(&identity()).unwrap());
+        assert!(!fx.temp(mode).exists());
 
-    // A torn temp file is replaced by the next write.
-    fs::write(&fx.temp, b"{\"format_ver").unwrap();
-    assert_eq!(file.load(&identity()).unwrap(), None);
-    assert_eq!(
-        file.create_pending(&record(EPOCH)).unwrap(),
-        CreateOutcome::Created
-    );
-    assert!(!fx.temp.exists());
-    assert_eq!(file.load(&identity()).unwrap(), Some(record(EPOCH)));
+        // A torn temp file is replaced by the next write.
+        fs::write(fx.temp(mode), b"{\"format_ver").unwrap();
+        assert_eq!(file.load(&identity()).unwrap(), None);
+        assert_eq!(
+            file.create_pending(&record(mode)).unwrap(),
+            CreateOutcome::Created
+        );
+        assert!(!fx.temp(mode).exists());
+        assert_eq!(file.load(&identity()).unwrap(), Some(record(mode)));
 
-    // A leftover beside an existing record is ignored by load and cleaned by the next write.
-    fs::write(&fx.temp, b"garbage").unwrap();
-    assert_eq!(file.load(&identity()).unwrap(), Some(record(EPOCH)));
-    file.mark_stage_completed(&identity(), EPOCH).unwrap();
-    assert!(!fx.temp.exists());
-    fs::write(&fx.temp, b"garbage").unwrap();
-    assert!(file.remove(&identity()).unwrap());
-    assert!(!fx.temp.exists());
+        // A leftover beside an existing record is ignored by load and cleaned by the next
+        // write; `remove` cleans the leftovers of both names.
+        fs::write(fx.temp(mode), b"garbage").unwrap();
+        assert_eq!(file.load(&identity()).unwrap(), Some(record(mode)));
+        file.mark_stage_completed(&identity(), epoch(mode)).unwrap();
+        assert!(!fx.temp(mode).exists());
+        fs::write(fx.temp(mode), b"garbage").unwrap();
+        fs::write(fx.temp(other(mode)), b"garbage").unwrap();
+        assert!(file.remove(&identity()).unwrap());
+        assert_eq!(snapshot(&fx), BTreeMap::new());
+    }
 }
 
 #[test]
 fn symlink_at_the_temp_path_is_removed_not_written_through() {
-    let fx = fixture();
-    let victim = fx.root.join("victim");
-    fs::write(&victim, b"precious").unwrap();
-    std::os::unix::fs::symlink(&victim, &fx.temp).unwrap();
-    assert_eq!(
-        fx.file().create_pending(&record(EPOCH)).unwrap(),
-        CreateOutcome::Created
-    );
-    assert_eq!(fs::read(&victim).unwrap(), b"precious");
-    assert!(fs::symlink_metadata(&fx.temp).is_err());
-    assert!(fs::symlink_metadata(&fx.record).unwrap().is_file());
+    for mode in MODES {
+        let fx = fixture();
+        let victim = fx.root.join("victim");
+        fs::write(&victim, b"precious").unwrap();
+        std::os::unix::fs::symlink(&victim, fx.temp(mode)).unwrap();
+        assert_eq!(
+            fx.file().create_pending(&record(mode)).unwrap(),
+            CreateOutcome::Created
+        );
+        assert_eq!(fs::read(&victim).unwrap(), b"precious");
+        assert!(fs::symlink_metadata(fx.temp(mode)).is_err());
+        assert!(fs::symlink_metadata(fx.record(mode)).unwrap().is_file());
+    }
 }
 
+fn golden(name: &str) -> Vec<u8> {
+    fs::read(
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/data")
+            .join(name),
+    )
+    .unwrap()
+}
+
+fn golden_identity() -> SessionIdentity {
+    SessionIdentity::new("pvc-6f1c2a9e-3b7d-4e2a-9c51-0d8e7f6a5b4c", 3, "node-a")
+}
+
+const GOLDEN_ENDPOINTS: [&str; 3] = [
+    "https://worker-0.tak-os.svc:7443",
+    "https://worker-1.tak-os.svc:7443",
+    "https://[fd00::12]:7443",
+];
+
 #[test]
-fn format_version_1_golden_record_reads_back() {
-    let golden =
-        fs::read(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/record-v1.json")).unwrap();
+fn format_version_1_golden_record_reads_back_as_rwo() {
+    let golden = golden("record-v1.json");
     let fx = fixture();
-    fx.plant(&golden, 0o600);
-    let expected = SessionIdentity::new("pvc-6f1c2a9e-3b7d-4e2a-9c51-0d8e7f6a5b4c", 3, "node-a");
-    let record = fx.file().load(&expected).unwrap().unwrap();
-    assert_eq!(record.identity(), &expected);
+    fx.plant(RWO, &golden, 0o600);
+    let record = fx.file().load(&golden_identity()).unwrap().unwrap();
+    assert_eq!(record.identity(), &golden_identity());
+    assert_eq!(record.endpoints(), GOLDEN_ENDPOINTS);
+    assert_eq!(record.access_mode(), RWO);
     assert_eq!(
-        record.endpoints(),
-        [
-            "https://worker-0.tak-os.svc:7443",
-            "https://worker-1.tak-os.svc:7443",
-            "https://[fd00::12]:7443",
-        ]
-    );
-    assert_eq!(
-        record.access_mode(),
-        tak_os_session::AccessMode::ReadWriteOnce
-    );
-    assert_eq!(
-        record.epoch().to_string(),
+        record.epoch().unwrap().to_string(),
         "0f1e2d3c4b5a69788796a5b4c3d2e1f0"
     );
     assert!(record.stage_completed());
-    // Version 1 is the current format, and the golden file is in its canonical form.
-    assert_eq!(tak_os_session::render(&record), golden);
+    // RWO records are still written as version 1, byte for byte as the version-1 library did,
+    // so an owner rolled back to it reads what this one writes.
+    assert_eq!(render(&record), golden);
+}
+
+#[test]
+fn format_version_2_golden_rwx_record_reads_back() {
+    let golden = golden("record-v2-rwx.json");
+    let fx = fixture();
+    fx.plant(RWX, &golden, 0o600);
+    let file = fx.file();
+    let record = file.load(&golden_identity()).unwrap().unwrap();
+    assert_eq!(record.identity(), &golden_identity());
+    assert_eq!(record.endpoints(), GOLDEN_ENDPOINTS);
+    assert_eq!(record.access_mode(), RWX);
+    assert_eq!(record.epoch(), None);
+    assert!(record.stage_completed());
+    assert_eq!(render(&record), golden);
+    assert!(file.remove(&golden_identity()).unwrap());
+}
+
+#[test]
+fn version_2_rwo_record_is_read_and_rewritten_as_version_1() {
+    let fx = fixture();
+    let v2 = rendered_with(RWO, "\"format_version\": 1,", "\"format_version\": 2,");
+    fx.plant(RWO, &v2, 0o600);
+    let file = fx.file();
+    assert_eq!(file.load(&identity()).unwrap(), Some(record(RWO)));
+    let completed = file.mark_stage_completed(&identity(), Some(EPOCH)).unwrap();
+    let text = fs::read_to_string(fx.record(RWO)).unwrap();
+    assert!(text.contains("\"format_version\": 1,"), "{text}");
+    assert_eq!(text.as_bytes(), render(&completed));
 }
 
 #[test]
 fn fuzz_seeds_hold_the_roundtrip_invariant() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/seeds/session_record_parse");
     let mut seen = 0;
+    let mut valid = BTreeMap::new();
     for entry in fs::read_dir(&dir).unwrap() {
-        tak_os_session::roundtrip_check(&fs::read(entry.unwrap().path()).unwrap());
+        let bytes = fs::read(entry.unwrap().path()).unwrap();
+        tak_os_session::roundtrip_check(&bytes);
+        if let Ok(record) = tak_os_session::parse(&bytes) {
+            *valid.entry(record.access_mode().to_string()).or_insert(0) += 1;
+        }
         seen += 1;
     }
     assert!(seen >= 5, "expected the seed corpus in {}", dir.display());
+    assert!(
+        valid.contains_key("rwo") && valid.contains_key("rwx"),
+        "the seeds hold a valid record of each access mode: {valid:?}"
+    );
 }
