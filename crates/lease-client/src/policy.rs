@@ -22,8 +22,18 @@ use crate::config::Budgets;
 use crate::config::later;
 use crate::endpoint::EndpointSet;
 
-/// An attempt shorter than this is not worth starting.
+/// An attempt shorter than this is never started.
 const MIN_ATTEMPT: Duration = Duration::from_millis(1);
+/// The most budget an attempt is ever required to have left before it starts.
+const MAX_ATTEMPT_FLOOR: Duration = Duration::from_millis(100);
+
+/// How much of the call's budget must remain for another attempt to start: a twentieth of the
+/// attempt budget, between [`MIN_ATTEMPT`] and [`MAX_ATTEMPT_FLOOR`]. An attempt started with
+/// less would almost surely be cut off by the call's deadline after it may have been
+/// delivered, turning a call that failed definitely (nothing applied) into an uncertain one.
+fn attempt_floor(attempt_budget: Duration) -> Duration {
+    (attempt_budget / 20).clamp(MIN_ATTEMPT, MAX_ATTEMPT_FLOOR)
+}
 
 /// What the caller should do next.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -148,6 +158,7 @@ pub(crate) struct CallPolicy {
     attempt_budget: Duration,
     backoff_initial: Duration,
     backoff_max: Duration,
+    attempt_floor: Duration,
     state: State,
     current: usize,
     attempts: u32,
@@ -174,6 +185,7 @@ impl CallPolicy {
             endpoints,
             deadline,
             attempt_budget: budgets.attempt,
+            attempt_floor: attempt_floor(budgets.attempt),
             backoff_initial: budgets.backoff_initial,
             backoff_max: budgets.backoff_max,
             state: State::Ready { at: now },
@@ -200,7 +212,7 @@ impl CallPolicy {
             State::Ready { at } if now < at => Step::Wait(at),
             State::Ready { .. } => {
                 let remaining = self.deadline.saturating_duration_since(now);
-                if remaining < MIN_ATTEMPT {
+                if remaining < self.attempt_floor {
                     return self.finish_out_of_budget();
                 }
                 self.state = State::InFlight;
@@ -317,7 +329,7 @@ impl CallPolicy {
 
     fn schedule(&mut self, now: Instant, at: Instant) {
         let at = at.max(now);
-        if self.deadline.saturating_duration_since(at) < MIN_ATTEMPT {
+        if self.deadline.saturating_duration_since(at) < self.attempt_floor {
             self.finish_out_of_budget();
         } else {
             self.state = State::Ready { at };
@@ -369,6 +381,39 @@ mod tests {
             Step::Send { endpoint, deadline } => (endpoint, deadline),
             other => panic!("expected a send, got {other:?}"),
         }
+    }
+
+    #[test]
+    fn no_attempt_starts_too_late_to_be_answered() {
+        // A worker without quorum answers at once: the call ends Unavailable (nothing can have
+        // been applied), never Uncertain because a last attempt was started with a sliver of
+        // budget left and cut off by the deadline.
+        let budgets = Budgets::default().scaled(0.1);
+        let floor = attempt_floor(budgets.attempt);
+        assert_eq!(floor, budgets.attempt / 20);
+        let start = Instant::now();
+        let end = start + budgets.call;
+        let mut policy = CallPolicy::new(set(2), &budgets, 0, start, end, 7);
+        let mut now = start;
+        let finish = loop {
+            match policy.poll(now) {
+                Step::Send { .. } => {
+                    assert!(end - now >= floor, "an attempt with {:?} left", end - now);
+                    now += Duration::from_millis(1);
+                    policy.record(now, AttemptOutcome::NoQuorum);
+                }
+                Step::Wait(at) => now = at,
+                Step::Finish(finish) => break finish,
+            }
+        };
+        assert_eq!(
+            finish,
+            Finish::Unavailable {
+                last: Failure::NoQuorum
+            }
+        );
+        assert_eq!(attempt_floor(Duration::ZERO), MIN_ATTEMPT);
+        assert_eq!(attempt_floor(Duration::from_secs(60)), MAX_ATTEMPT_FLOOR);
     }
 
     #[test]
