@@ -87,7 +87,8 @@ pub struct Mounted<S> {
 }
 
 /// Mounts `fs` at `path` (an existing empty directory) as volume `volume_id`: fs name = the
-/// volume ID, subtype `tak-os-replicated`, `default_permissions` and `allow_other`, and starts
+/// volume ID, subtype `tak-os-replicated`, `default_permissions`, `allow_other`, `nosuid` and
+/// `nodev`, and starts
 /// the renewal of the handles it opens ([`Fs::run_handle_renewal`]). Must be called from within
 /// a tokio runtime, as root (no helper binary is used).
 pub async fn mount<S: FileService>(
@@ -111,6 +112,7 @@ pub async fn mount<S: FileService>(
         })?;
     // Until it is known, fuse3's handle owns the mount: an error here drops it, and it
     // unmounts what it has just mounted.
+    restrict(path)?;
     let device = mount_device(path)?;
     let renewal = tokio::spawn({
         let fs = Arc::clone(&fs);
@@ -123,6 +125,24 @@ pub async fn mount<S: FileService>(
         path: path.to_owned(),
         volume_id: volume_id.to_owned(),
         device,
+    })
+}
+
+/// Makes the new mount `nosuid` and `nodev` (fuse3 cannot pass those flags to the mount
+/// itself): a volume shared across nodes must never become a way to a device node or a
+/// set-user-ID program on this node. A bind remount changes only the mount's own flags, and
+/// runs before the mount is used (binds of it, made later, inherit the flags).
+fn restrict(path: &Path) -> Result<(), MountError> {
+    use rustix::mount::MountFlags;
+    rustix::mount::mount_remount(
+        path,
+        MountFlags::BIND | MountFlags::NOSUID | MountFlags::NODEV,
+        c"",
+    )
+    .map_err(|e| MountError::Io {
+        op: "make nosuid and nodev",
+        path: path.to_owned(),
+        source: e.into(),
     })
 }
 

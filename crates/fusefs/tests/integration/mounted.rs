@@ -22,6 +22,14 @@ fn the_mount_owns_its_tasks_and_shows_its_state_as_data() {
         return;
     };
     let root = setup.root();
+    // The mount is nosuid and nodev: set-user-ID programs and device nodes on a shared volume
+    // never take effect on this node.
+    let table = mountinfo::read_self().unwrap();
+    let table = mountinfo::MountTable::parse(&table).unwrap();
+    let options = table.by_mount_point(&root).unwrap().mount_options();
+    for flag in ["nosuid", "nodev"] {
+        assert!(options.has_flag(flag), "{flag}: {options:?}");
+    }
     fs::create_dir(root.join("dir")).unwrap();
     fs::write(root.join("dir/file"), b"state").unwrap();
     let mut open = fs::OpenOptions::new()
