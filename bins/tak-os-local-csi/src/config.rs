@@ -83,6 +83,15 @@ pub enum LogFormat {
     Text,
 }
 
+impl From<LogFormat> for observe::LogFormat {
+    fn from(format: LogFormat) -> Self {
+        match format {
+            LogFormat::Json => observe::LogFormat::Json,
+            LogFormat::Text => observe::LogFormat::Text,
+        }
+    }
+}
+
 /// Audit output formats.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum AuditFormat {

@@ -446,8 +446,7 @@ mod tests {
     use mounter::{FakeMounter, Mounter, TargetRoot};
 
     use super::*;
-    use crate::config::LogFormat;
-    use crate::observe::{self, Captured};
+    use crate::observe::Captured;
 
     /// The JSON log lines `logs` holds.
     fn lines(logs: &Captured) -> Vec<serde_json::Value> {
@@ -486,8 +485,8 @@ mod tests {
         let csi = LocalCsi::new(driver(dir.path()));
         let logs = Captured::default();
         let writer = logs.clone();
-        let subscriber = observe::subscriber(
-            LogFormat::Json,
+        let subscriber = ::observe::subscriber(
+            ::observe::LogFormat::Json,
             tracing_subscriber::EnvFilter::new("info"),
             false,
             move || writer.clone(),

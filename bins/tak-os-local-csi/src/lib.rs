@@ -74,14 +74,14 @@ pub async fn run(
     mounter: Arc<dyn Mounter>,
     shutdown: impl Future<Output = ()> + Send,
 ) -> anyhow::Result<()> {
-    let metrics = observe::install_metrics()?;
+    let metrics = ::observe::install_metrics()?;
     let driver = open(&config, mounter)?;
     let listener = csi_proto::bind_unix(config.endpoint.path())
         .with_context(|| format!("cannot listen on {:?}", config.endpoint.path()))?;
     let mut background = tokio::task::JoinSet::new();
     background.spawn(observe::gauge_loop(Arc::clone(&driver)));
     if let Some(address) = config.metrics_address {
-        let http = observe::bind_http(address)
+        let http = ::observe::bind_http(address)
             .await
             .with_context(|| format!("cannot listen on the metrics address {address}"))?;
         tracing::info!(address = %http.local_addr()?, "serving /metrics and /healthz");

@@ -4,11 +4,11 @@ use std::process::ExitCode;
 
 use clap::Parser as _;
 use tak_os_local_csi::config::{Cli, Command, ConfigError};
-use tak_os_local_csi::{audit, observe};
+use tak_os_local_csi::audit;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    observe::init_logging(cli.log_format);
+    observe::init_logging(cli.log_format.into());
     match execute(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {

@@ -74,6 +74,31 @@ pub use endpoint::{MAX_SOCKET_PATH_LEN, UnixEndpoint};
 pub use error::{EndpointProblem, Error, FileKind};
 pub use socket::{bind_unix, connect_unix, serve_on, serve_unix};
 
+/// A bounded name for a gRPC status code, for log fields and metric labels: the code's name
+/// in lower case (`ok`, `invalid_argument`, `failed_precondition`).
+pub fn code_name(code: tonic::Code) -> &'static str {
+    use tonic::Code;
+    match code {
+        Code::Ok => "ok",
+        Code::Cancelled => "cancelled",
+        Code::Unknown => "unknown",
+        Code::InvalidArgument => "invalid_argument",
+        Code::DeadlineExceeded => "deadline_exceeded",
+        Code::NotFound => "not_found",
+        Code::AlreadyExists => "already_exists",
+        Code::PermissionDenied => "permission_denied",
+        Code::ResourceExhausted => "resource_exhausted",
+        Code::FailedPrecondition => "failed_precondition",
+        Code::Aborted => "aborted",
+        Code::OutOfRange => "out_of_range",
+        Code::Unimplemented => "unimplemented",
+        Code::Internal => "internal",
+        Code::Unavailable => "unavailable",
+        Code::DataLoss => "data_loss",
+        Code::Unauthenticated => "unauthenticated",
+    }
+}
+
 /// The `csi.v1` package, generated from `proto/csi.proto` (see the crate docs).
 ///
 /// Items are named as prost and tonic name them: messages as structs, nested messages and
