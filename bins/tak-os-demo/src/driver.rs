@@ -205,7 +205,7 @@ pub fn serve(args: Vec<OsString>) -> anyhow::Result<()> {
     let cli = tak_os_local_csi::Cli::try_parse_from(
         std::iter::once(OsString::from("tak-os-local-csi")).chain(args),
     )?;
-    tak_os_local_csi::observe::init_logging(cli.log_format);
+    observe::init_logging(cli.log_format.into());
     if cli.command.is_some() {
         anyhow::bail!("{SERVE_DRIVER} only serves; run tak-os-local-csi for its subcommands");
     }

@@ -144,7 +144,7 @@ fn serve_and_drive(
     let outcome = runtime.block_on(async {
         tokio::select! {
             outcome = scenario::run(report, workspace, &mut process, metrics) => outcome,
-            signal = tak_os_local_csi::shutdown_signal() => Err(Failure::new("interrupted", signal)),
+            signal = observe::shutdown_signal() => Err(Failure::new("interrupted", signal)),
         }
     });
     let driver = Driver { process, metrics };

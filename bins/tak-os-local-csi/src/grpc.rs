@@ -1,9 +1,7 @@
 //! The tonic services: each RPC runs its `Driver` method on a blocking thread, then logs and
 //! counts the outcome. No logic lives here.
 
-use std::hash::{BuildHasher, RandomState};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use csi_proto::v1::controller_server::Controller;
@@ -89,7 +87,7 @@ impl LocalCsi {
             .record(elapsed.as_secs_f64());
         let duration_ms = elapsed.as_secs_f64() * 1e3;
         let node = self.driver.node_id();
-        let request_id = next_request_id();
+        let request_id = ::observe::correlation_id();
         let volume = subject.volume.as_deref();
         let name = subject.name.as_deref();
         match &result {
@@ -144,14 +142,6 @@ impl Subject {
             name: (!name.is_empty()).then(|| name.to_owned()),
         }
     }
-}
-
-/// A process-unique correlation ID for one request's log line.
-fn next_request_id() -> String {
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    static SEED: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
-    let seed = *SEED.get_or_init(|| RandomState::new().hash_one(std::process::id()));
-    format!("{seed:016x}-{:x}", COUNTER.fetch_add(1, Ordering::Relaxed))
 }
 
 #[tonic::async_trait]

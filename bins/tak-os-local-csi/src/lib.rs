@@ -108,23 +108,7 @@ pub fn serve(config: Config) -> anyhow::Result<()> {
         .enable_all()
         .build()?;
     runtime.block_on(run(config, Arc::new(mounter::LinuxMounter::new()), async {
-        let signal = shutdown_signal().await;
+        let signal = ::observe::shutdown_signal().await;
         tracing::info!(signal, "shutting down");
     }))
-}
-
-/// Resolves with the name of the first SIGTERM or SIGINT (never, if the handlers cannot be
-/// installed).
-pub async fn shutdown_signal() -> &'static str {
-    use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut term), Ok(mut int)) = (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-    ) else {
-        return std::future::pending().await;
-    };
-    tokio::select! {
-        _ = term.recv() => "SIGTERM",
-        _ = int.recv() => "SIGINT",
-    }
 }

@@ -3,8 +3,8 @@
 use std::process::ExitCode;
 
 use clap::Parser as _;
-use tak_os_local_csi::config::{Cli, Command, ConfigError};
 use tak_os_local_csi::audit;
+use tak_os_local_csi::config::{Cli, Command, ConfigError};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();

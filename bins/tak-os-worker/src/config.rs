@@ -67,6 +67,15 @@ pub enum LogFormat {
     Json,
 }
 
+impl From<LogFormat> for observe::LogFormat {
+    fn from(format: LogFormat) -> Self {
+        match format {
+            LogFormat::Json => observe::LogFormat::Json,
+            LogFormat::Text => observe::LogFormat::Text,
+        }
+    }
+}
+
 /// Parses `500ms`, `3s`, `2m` or a bare number of seconds.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let text = text.trim();

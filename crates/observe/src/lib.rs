@@ -1,5 +1,6 @@
 //! What every binary of the workspace does the same way: JSON or text logs on stderr, the
-//! Prometheus recorder, and a small HTTP server for `/metrics` and `/healthz`.
+//! Prometheus recorder, a small HTTP server for `/metrics` and `/healthz`, correlation IDs for
+//! log lines, and waiting for the signal to stop.
 //!
 //! Text logs are coloured only when stderr is a terminal, never in a file. The health check
 //! is the binary's own: a function that answers `Ok` or says what is wrong.
@@ -78,6 +79,33 @@ pub fn install_metrics() -> Result<PrometheusHandle, BuildError> {
         ])?
         .install_recorder()?;
     Ok(HANDLE.get_or_init(|| handle).clone())
+}
+
+/// A process-unique correlation ID for one request's log lines: a random prefix drawn once
+/// per process, then a counter (`5f0c1e2a9b3d4c71-2a`).
+pub fn correlation_id() -> String {
+    use std::hash::{BuildHasher as _, RandomState};
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    static SEED: OnceLock<u64> = OnceLock::new();
+    let seed = *SEED.get_or_init(|| RandomState::new().hash_one(std::process::id()));
+    format!("{seed:016x}-{:x}", COUNTER.fetch_add(1, Ordering::Relaxed))
+}
+
+/// Resolves with the name of the first SIGTERM or SIGINT (never, if the handlers cannot be
+/// installed).
+pub async fn shutdown_signal() -> &'static str {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = term.recv() => "SIGTERM",
+        _ = int.recv() => "SIGINT",
+    }
 }
 
 /// Binds the metrics listener.
@@ -189,6 +217,13 @@ mod tests {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .clone();
         String::from_utf8_lossy(&bytes).into_owned()
+    }
+
+    #[test]
+    fn correlation_ids_differ_and_share_the_process_prefix() {
+        let (a, b) = (correlation_id(), correlation_id());
+        assert_ne!(a, b);
+        assert_eq!(a.split('-').next(), b.split('-').next());
     }
 
     #[test]
