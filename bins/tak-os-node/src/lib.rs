@@ -1,13 +1,134 @@
-//! `tak-os-node`: the replicated node's CSI Node service for `fuse.tak-os-replicated` volumes.
+//! `tak-os-node`: the replicated node's mount owner for `fuse.tak-os-replicated` volumes. It
+//! serves CSI Identity and Node: NodeStageVolume makes the one FUSE mount per volume and node
+//! (with its session record, and for RWO its lease), NodePublishVolume binds it into Pods.
 //!
 //! This library is the binary's whole service, so that tests drive it in-process; `main.rs`
-//! only parses flags. It is built in steps: so far the volume context contract
-//! ([`context`]), the capability rules ([`capability`]) and the credential sources
-//! ([`credentials`]).
+//! only parses flags. The parts: the volume context contract ([`context`]), the capability
+//! rules ([`capability`]), where credentials come from ([`credentials`]), the owner itself
+//! ([`owner`]), its errors and their status codes ([`error`], [`status`]), the tonic services
+//! ([`grpc`]) and the flags ([`config`]).
+
+use std::future::Future;
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use mounter::Mounter;
 
 pub mod capability;
+pub mod config;
 pub mod context;
 pub mod credentials;
+pub mod error;
+pub mod grpc;
+pub mod owner;
+pub mod status;
+
+use config::{Config, Credentials};
+use credentials::CredentialSource;
+use owner::Owner;
 
 /// The CSI driver name this node serves by default.
 pub const DRIVER_NAME: &str = "csi.replicated.tak-os.org";
+
+/// Serves `config` until `shutdown` resolves: CSI on the endpoint, metrics and health on the
+/// metrics address. Stages stay mounted when it returns: the FUSE connections live as long as
+/// the process.
+pub async fn run(
+    config: Config,
+    mounter: Arc<dyn Mounter>,
+    credentials: Arc<dyn CredentialSource>,
+    shutdown: impl Future<Output = ()> + Send,
+) -> anyhow::Result<()> {
+    let metrics = observe::install_metrics()?;
+    let owner = Arc::new(Owner::new(config.owner.clone(), mounter, credentials)?);
+    let listener = csi_proto::bind_unix(config.endpoint.path())
+        .with_context(|| format!("cannot listen on {:?}", config.endpoint.path()))?;
+    let left = owner.recover()?;
+    let mut background = tokio::task::JoinSet::new();
+    if let Some(address) = config.metrics_address {
+        let http = observe::bind_http(address)
+            .await
+            .with_context(|| format!("cannot listen on the metrics address {address}"))?;
+        tracing::info!(address = %http.local_addr()?, "serving /metrics and /healthz");
+        let health = Arc::clone(&owner);
+        background.spawn(observe::serve_http(http, metrics, move || {
+            let ready = health.is_ready();
+            async move {
+                if ready {
+                    Ok(())
+                } else {
+                    Err("the mount owner is starting".to_owned())
+                }
+            }
+        }));
+    }
+    tracing::info!(
+        endpoint = %config.endpoint.path().display(),
+        node = %config.owner.node_id,
+        stages_left_by_an_earlier_owner = left,
+        version = env!("CARGO_PKG_VERSION"),
+        "serving {}", config.driver_name
+    );
+    let service = grpc::NodeService::new(Arc::clone(&owner), config.driver_name.clone());
+    let served = csi_proto::serve_on(listener, service.router(), shutdown).await;
+    background.abort_all();
+    served.context("the CSI server failed")?;
+    tracing::info!(
+        stages = owner.stage_count(),
+        "stopped; the stages stay mounted"
+    );
+    Ok(())
+}
+
+/// What the binary does: serves `config` with the real mounter on a runtime sized for
+/// `config.max_stages` FUSE connections (fuse3 reads each one on a blocking thread), until
+/// SIGTERM or SIGINT.
+pub fn serve(config: Config) -> anyhow::Result<()> {
+    raise_open_file_limit();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .max_blocking_threads(config.max_stages.saturating_add(64))
+        .build()?;
+    runtime.block_on(async {
+        let credentials: Arc<dyn CredentialSource> = match &config.credentials {
+            Credentials::Directory(dir) => Arc::new(credentials::DirectorySource::new(dir)),
+            Credentials::Kubernetes => {
+                let client = ::kube::Client::try_default()
+                    .await
+                    .context("cannot configure the Kubernetes API client for credentials")?;
+                Arc::new(credentials::kube::KubeSecretSource::new(
+                    client,
+                    &config.owner.credential_namespace,
+                    credentials::kube::WatchSettings::default(),
+                    &tokio::runtime::Handle::current(),
+                )?)
+            }
+        };
+        run(
+            config,
+            Arc::new(mounter::LinuxMounter::new()),
+            credentials,
+            async {
+                let signal = observe::shutdown_signal().await;
+                tracing::info!(signal, "shutting down");
+            },
+        )
+        .await
+    })
+}
+
+/// Raises the soft limit of open files to the hard limit: each stage holds a `/dev/fuse`
+/// descriptor and its worker connections.
+fn raise_open_file_limit() {
+    use rustix::process::{Resource, getrlimit, setrlimit};
+    let limit = getrlimit(Resource::Nofile);
+    if limit.current < limit.maximum {
+        let raised = rustix::process::Rlimit {
+            current: limit.maximum,
+            maximum: limit.maximum,
+        };
+        if let Err(error) = setrlimit(Resource::Nofile, raised) {
+            tracing::warn!(%error, "cannot raise the open-file limit");
+        }
+    }
+}

@@ -228,9 +228,11 @@ impl SessionFile {
         .map_err(write_error(&self.path))
     }
 
-    /// The one record beside the staging path, checked and parsed, with its name matching its
-    /// access mode.
-    fn read(&self) -> Result<Option<SessionRecord>, Error> {
+    /// The record of either access mode, checked like [`load`](Self::load) does except for its
+    /// identity, or `None` when there is none: for a caller that learns the identity from the
+    /// record (NodeUnstageVolume knows the volume ID and the staging path, not the
+    /// generation). The caller compares [`SessionRecord::identity`] with what it knows.
+    pub fn read(&self) -> Result<Option<SessionRecord>, Error> {
         let read = |mode| checked::read_checked(self.dir.as_fd(), &self.path, mode, self.euid);
         let (mode, bytes) = match (
             read(AccessMode::ReadWriteOnce)?,

@@ -56,6 +56,8 @@
 //! let epoch = MountEpoch::from_bytes([0x5a; 16]); // drawn at random by the caller
 //! let record = SessionRecord::pending_rwo(identity.clone(), endpoints.clone(), epoch)?;
 //! assert_eq!(file.create_pending(&record)?, CreateOutcome::Created);
+//! // NodeUnstageVolume knows no generation: it reads the record and compares what it knows.
+//! assert_eq!(file.read()?.map(|r| r.identity().clone()), Some(identity.clone()));
 //! // ... the record is durable: send the claim with `epoch`, mount ...
 //!
 //! // A retried NodeStageVolume resumes the first attempt's session.

@@ -19,6 +19,9 @@ use std::future::Future;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
+use std::time::Duration;
+
+pub mod kube;
 
 /// The data key of the bearer token.
 pub const TOKEN: &str = "token";
@@ -133,28 +136,68 @@ pub enum CredentialError {
     },
 }
 
-/// The future a [`CredentialSource`] returns.
+/// The future [`CredentialSource::load`] returns.
 pub type Load<'a> = Pin<Box<dyn Future<Output = Result<Material, CredentialError>> + Send + 'a>>;
 
-/// Where the owner gets a volume's credentials. `volume_id` has been validated (a DNS
-/// subdomain label set: lowercase letters, digits, `-` and `.`), so a source may use it in a
+/// The future [`CredentialSource::changed`] returns.
+pub type Changed<'a> = Pin<Box<dyn Future<Output = ()> + Send + 'a>>;
+
+/// Where the owner gets a volume's credentials. `volume_id` has been validated (lowercase
+/// letters, digits, `-` and `.`, as in a Kubernetes object name), so a source may use it in a
 /// path or a name.
+///
+/// The owner loads a volume's material when it stages the volume, then keeps one refresh task
+/// per stage: it waits for [`changed`](Self::changed), loads again, and swaps the new
+/// credentials into the live client when they differ (calls in flight finish with the old).
 pub trait CredentialSource: Send + Sync + 'static {
     /// The current material of `volume_id`'s credentials.
     fn load<'a>(&'a self, volume_id: &'a str) -> Load<'a>;
+
+    /// Resolves when `volume_id`'s credentials may have changed since this future was made
+    /// (a spurious wake-up is harmless: the owner compares what it loads). A source that
+    /// cannot tell resolves after a polling interval.
+    fn changed<'a>(&'a self, volume_id: &'a str) -> Changed<'a>;
+
+    /// The volume is no longer staged here: a source that caches may drop what it holds for
+    /// it. Does nothing by default.
+    fn forget(&self, volume_id: &str) {
+        let _ = volume_id;
+    }
 }
 
 /// Credentials from files: `<dir>/<volumeID>/<key>`, for development and the demo. Each read
-/// opens the files afresh, so rewriting them rotates the credentials.
+/// opens the files afresh, so rewriting them rotates the credentials; [`changed`] is a poll
+/// every [`DirectorySource::poll_interval`].
+///
+/// [`changed`]: CredentialSource::changed
 #[derive(Debug, Clone)]
 pub struct DirectorySource {
     root: PathBuf,
+    poll_interval: Duration,
 }
 
 impl DirectorySource {
+    /// How often, by default, the owner looks at the files again.
+    pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_secs(10);
+
     /// A source over the directory `root`.
     pub fn new(root: impl Into<PathBuf>) -> Self {
-        DirectorySource { root: root.into() }
+        DirectorySource {
+            root: root.into(),
+            poll_interval: Self::DEFAULT_POLL_INTERVAL,
+        }
+    }
+
+    /// The same source, polled every `interval`.
+    #[must_use]
+    pub fn with_poll_interval(mut self, interval: Duration) -> Self {
+        self.poll_interval = interval;
+        self
+    }
+
+    /// How often the owner looks at the files again.
+    pub fn poll_interval(&self) -> Duration {
+        self.poll_interval
     }
 
     fn read(&self, volume_id: &str) -> Result<Material, CredentialError> {
@@ -227,6 +270,10 @@ fn read_limited(path: &Path) -> io::Result<Option<Vec<u8>>> {
 impl CredentialSource for DirectorySource {
     fn load<'a>(&'a self, volume_id: &'a str) -> Load<'a> {
         Box::pin(async move { self.read(volume_id) })
+    }
+
+    fn changed<'a>(&'a self, _volume_id: &'a str) -> Changed<'a> {
+        Box::pin(tokio::time::sleep(self.poll_interval))
     }
 }
 
