@@ -35,6 +35,47 @@ pub type WorkerClient = Client<HttpsTransport>;
 /// Kubernetes object name (253 characters).
 pub const MAX_VOLUME_ID_BYTES: usize = 248;
 
+/// A point inside NodeStageVolume, reached just after the step it names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum StagePoint {
+    /// The pending session record is durable.
+    RecordWritten,
+    /// The RWO lease is claimed.
+    Claimed,
+    /// The FUSE filesystem is mounted at the staging path.
+    Mounted,
+    /// The session record says the stage completed.
+    Completed,
+}
+
+/// Called at every [`StagePoint`]: crash tests stop an owner process between any two steps.
+/// Production owners have none.
+#[derive(Clone, Default)]
+pub struct Hook(Option<Arc<dyn Fn(StagePoint) + Send + Sync>>);
+
+impl Hook {
+    /// A hook that calls `f` at every point.
+    pub fn new(f: impl Fn(StagePoint) + Send + Sync + 'static) -> Self {
+        Hook(Some(Arc::new(f)))
+    }
+
+    pub(crate) fn reach(&self, point: StagePoint) {
+        if let Some(f) = &self.0 {
+            f(point);
+        }
+    }
+}
+
+impl std::fmt::Debug for Hook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() {
+            "Hook(set)"
+        } else {
+            "Hook(none)"
+        })
+    }
+}
+
 /// What the owner needs to know besides its collaborators.
 #[derive(Debug, Clone)]
 pub struct OwnerConfig {
@@ -54,6 +95,8 @@ pub struct OwnerConfig {
     pub stats_timeout: Duration,
     /// How long an unmount waits for the FUSE session to end.
     pub unmount_wait: Duration,
+    /// Called at each step of a stage (crash tests only).
+    pub hook: Hook,
 }
 
 impl OwnerConfig {
@@ -69,6 +112,7 @@ impl OwnerConfig {
             fs: fusefs::FsConfig::default(),
             stats_timeout: Duration::from_secs(2),
             unmount_wait: Duration::from_secs(5),
+            hook: Hook::default(),
         }
     }
 }

@@ -17,7 +17,7 @@ use lease_client::{ClientConfig, Refusal, ReleaseOutcome};
 use mounter::{MountIdentity, Target};
 use session::{CreateOutcome, SessionFile, SessionIdentity, SessionRecord};
 
-use super::{Busy, Lease, Owner, Stage, WorkerClient, check_volume_id, lock};
+use super::{Busy, Lease, Owner, Stage, StagePoint, WorkerClient, check_volume_id, lock};
 use crate::capability;
 use crate::context::{VolumeContext, VolumeMode};
 use crate::error::Error;
@@ -95,6 +95,23 @@ impl Owner {
         // What the kernel shows at the staging path, without asking a filesystem there.
         let record = match existing {
             Some(record) => {
+                check_same_stage(&record, &context, &staging)?;
+                if record.stage_completed() {
+                    // Completed by an earlier owner process, whose connection is gone: the stage
+                    // stays until NodeUnstageVolume cleans it up.
+                    return Err(match context.mode {
+                        VolumeMode::Rwo => Error::LeaseExpired {
+                            volume_id: req.volume_id.clone(),
+                            path: staging,
+                        },
+                        VolumeMode::Rwx => Error::Retry {
+                            volume_id: req.volume_id.clone(),
+                            what: format!(
+                                "the stage at {staging:?} was made by an earlier owner process and stays until NodeUnstageVolume"
+                            ),
+                        },
+                    });
+                }
                 self.resume(&busy, &target, &record, &context).await?;
                 record
             }
@@ -119,7 +136,10 @@ impl Owner {
                 }
                 .map_err(session)?;
                 match file.create_pending(&record).map_err(session)? {
-                    CreateOutcome::Created => record,
+                    CreateOutcome::Created => {
+                        self.config.hook.reach(StagePoint::RecordWritten);
+                        record
+                    }
                     // Another process wrote it since the load: whatever it is, not ours.
                     CreateOutcome::Existing(other) => {
                         return Err(Error::AlreadyExists {
@@ -133,34 +153,6 @@ impl Owner {
                 }
             }
         };
-        if record.endpoints() != context.endpoint_urls.as_slice()
-            || mode_of(&record) != context.mode
-        {
-            return Err(Error::AlreadyExists {
-                path: staging,
-                found: format!(
-                    "a stage of volume {} with other endpoints or another access mode",
-                    req.volume_id
-                ),
-            });
-        }
-        if record.stage_completed() {
-            // Completed by an earlier owner process, whose connection is gone: the stage
-            // stays until NodeUnstageVolume cleans it up.
-            return Err(match context.mode {
-                VolumeMode::Rwo => Error::LeaseExpired {
-                    volume_id: req.volume_id.clone(),
-                    path: staging,
-                },
-                VolumeMode::Rwx => Error::Retry {
-                    volume_id: req.volume_id.clone(),
-                    what: format!(
-                        "the stage at {staging:?} was made by an earlier owner process and stays until NodeUnstageVolume"
-                    ),
-                },
-            });
-        }
-
         // From here on, a final error must undo what this call created.
         match self.complete_stage(&file, &record, context, &staging).await {
             Ok(stage) => {
@@ -319,6 +311,7 @@ impl Owner {
                     self.config.lease,
                 );
                 let grant = self.claim(&lease, &volume_id, context.generation).await?;
+                self.config.hook.reach(StagePoint::Claimed);
                 (lease.client().clone(), Some((lease, grant)))
             }
         };
@@ -332,6 +325,7 @@ impl Owner {
                 return Err(Error::Mount { volume_id, source });
             }
         };
+        self.config.hook.reach(StagePoint::Mounted);
         let (major, minor) = mounted.device();
         let identity = MountIdentity {
             major,
@@ -354,6 +348,7 @@ impl Owner {
                 source,
             });
         }
+        self.config.hook.reach(StagePoint::Completed);
         let lease = lease.map(|(lease, grant)| {
             let renewal = lease.spawn_renewal(grant);
             Lease {
@@ -627,6 +622,25 @@ impl Owner {
             .resolve(path)
             .map_err(|source| Error::Path { field, source })
     }
+}
+
+/// Refuses a record of this volume made with other endpoints or another access mode: a stage
+/// of another request.
+fn check_same_stage(
+    record: &SessionRecord,
+    context: &VolumeContext,
+    staging: &Path,
+) -> Result<(), Error> {
+    if record.endpoints() == context.endpoint_urls.as_slice() && mode_of(record) == context.mode {
+        return Ok(());
+    }
+    Err(Error::AlreadyExists {
+        path: staging.to_owned(),
+        found: format!(
+            "a stage of volume {} with other endpoints or another access mode",
+            record.identity().volume_id
+        ),
+    })
 }
 
 /// The access mode a session record was written for.

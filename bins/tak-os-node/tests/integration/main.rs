@@ -6,5 +6,7 @@
 // Helpers outside `#[test]` functions panic on failure on purpose, as the tests do.
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::print_stderr)]
 
+mod crash;
 mod kube_secrets;
 mod owner;
+mod support;

@@ -1,0 +1,284 @@
+//! SIGKILL of an owner process at each step of an RWO stage, then a new owner process and a
+//! NodeStageVolume retry (as kubelet retries after a timeout): they converge to one healthy
+//! stage or to a clear, non-final refusal that NodeUnstageVolume then clears; never two
+//! epochs, never a leaked mount.
+//!
+//! The owner processes are this test binary, re-executed (`child_owner_process`), serving CSI
+//! on a Unix socket; the test talks to them as kubelet does, over gRPC.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use csi_proto::v1::node_client::NodeClient;
+use csi_proto::v1::volume_capability::access_mode::Mode;
+use tak_os_node::config::Cli;
+use tak_os_node::owner::{Hook, StagePoint};
+use tonic::Code;
+
+use crate::support::{
+    Cluster, NAMESPACE, mounts_under, privileged, publish_request, stage_request,
+    unpublish_request, unstage_request,
+};
+
+const CHILD_ENV: &str = "TAK_OS_NODE_TEST_OWNER";
+
+/// Not a test on its own: the crash tests re-execute this binary to run an owner in a child
+/// process. `TAK_OS_NODE_TEST_OWNER` holds, one per line: the socket, the kubelet root, the
+/// credentials directory, the node ID, and the stage point to die at (or `none`).
+#[test]
+#[ignore = "a helper process of the crash tests"]
+fn child_owner_process() {
+    let Ok(spec) = std::env::var(CHILD_ENV) else {
+        return;
+    };
+    let lines: Vec<&str> = spec.lines().collect();
+    let [socket, kubelet, credentials, node, point] = lines[..] else {
+        panic!("malformed {CHILD_ENV}: {spec:?}");
+    };
+    let cli = <Cli as clap::Parser>::try_parse_from([
+        "tak-os-node",
+        "--csi-endpoint",
+        &format!("unix://{socket}"),
+        "--node-id",
+        node,
+        "--kubelet-root",
+        kubelet,
+        "--credentials-dir",
+        credentials,
+        "--credential-namespace",
+        NAMESPACE,
+        "--metrics-address",
+        "",
+        "--lease-seconds",
+        "9",
+        "--lease-renew-seconds",
+        "2",
+        "--call-budget-seconds",
+        "1.5",
+    ])
+    .unwrap();
+    let mut config = cli.config().unwrap();
+    let die_at = match point {
+        "record" => Some(StagePoint::RecordWritten),
+        "claimed" => Some(StagePoint::Claimed),
+        "mounted" => Some(StagePoint::Mounted),
+        "completed" => Some(StagePoint::Completed),
+        _ => None,
+    };
+    config.owner.hook = Hook::new(move |reached| {
+        if Some(reached) == die_at {
+            // As abrupt as a SIGKILL from outside: no unwinding, no cleanup.
+            let _ = rustix::process::kill_process(
+                rustix::process::getpid(),
+                rustix::process::Signal::KILL,
+            );
+        }
+    });
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime
+        .block_on(tak_os_node::run(
+            config,
+            Arc::new(mounter::LinuxMounter::new()),
+            Arc::new(tak_os_node::credentials::DirectorySource::new(credentials)),
+            std::future::pending(),
+        ))
+        .unwrap();
+}
+
+/// An owner process that is killed when the guard drops, so a failed assertion never leaves
+/// one running.
+struct OwnerProcess {
+    child: Child,
+    socket: PathBuf,
+}
+
+impl OwnerProcess {
+    fn spawn(dir: &Path, cluster: &Cluster, node: &str, die_at: &str) -> OwnerProcess {
+        let socket = dir.join(format!("{node}-{die_at}.sock"));
+        let kubelet = dir.join(node).join("kubelet");
+        let spec = [
+            socket.display().to_string(),
+            kubelet.display().to_string(),
+            cluster.credentials.display().to_string(),
+            node.to_owned(),
+            die_at.to_owned(),
+        ]
+        .join("\n");
+        let log = fs::File::options()
+            .create(true)
+            .append(true)
+            .open(dir.join("owners.log"))
+            .unwrap();
+        // The child inherits this thread's private mount namespace.
+        let child = Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "crash::child_owner_process",
+                "--ignored",
+                "--nocapture",
+                "--test-threads",
+                "1",
+            ])
+            .env(CHILD_ENV, spec)
+            .env("TAK_OS_LOG_FORMAT", "text")
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        OwnerProcess { child, socket }
+    }
+
+    async fn client(&self) -> NodeClient<tonic::transport::Channel> {
+        let start = Instant::now();
+        loop {
+            if self.socket.exists()
+                && let Ok(channel) = csi_proto::connect_unix(&self.socket).await
+            {
+                return NodeClient::new(channel);
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(20),
+                "the owner process never answered"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Waits until the process has died on its own (its hook killed it).
+    fn died(mut self) {
+        let status = self.child.wait().unwrap();
+        assert!(!status.success(), "the owner process was killed: {status}");
+    }
+}
+
+impl Drop for OwnerProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Kills an owner process right after `point` of an RWO stage, then retries with a new one.
+fn crash_at(test: &'static str, point: &'static str) {
+    privileged(test, async || {
+        let cluster = Cluster::start("vol-crash", worker::AccessMode::Rwo).await;
+        let dir = cluster.dir.path().to_owned();
+        let node_a = cluster.node("node-a");
+        let staging = node_a.staging("vol-crash");
+        let stage = stage_request(
+            "vol-crash",
+            &staging,
+            Mode::SingleNodeWriter,
+            cluster.context("rwo"),
+        );
+
+        let first = OwnerProcess::spawn(&dir, &cluster, "node-a", point);
+        let mut client = first.client().await;
+        let refused = client.node_stage_volume(stage.clone()).await;
+        assert!(refused.is_err(), "the owner died in the middle of the call");
+        first.died();
+
+        let second = OwnerProcess::spawn(&dir, &cluster, "node-a", "none");
+        let mut client = second.client().await;
+        match client.node_stage_volume(stage.clone()).await {
+            Ok(_) => {}
+            Err(status) if point == "completed" => {
+                // The stage completed in a process that is gone: it stays until unstaged.
+                assert_eq!(status.code(), Code::Aborted, "{status:?}");
+                assert!(status.message().contains("NodeUnstageVolume"), "{status:?}");
+                client
+                    .node_unstage_volume(unstage_request(&stage))
+                    .await
+                    .unwrap();
+                assert!(
+                    mounts_under(&node_a.kubelet).is_empty(),
+                    "the dead stage is gone"
+                );
+                client.node_stage_volume(stage.clone()).await.unwrap();
+            }
+            Err(status) => panic!("the retry after a crash at {point}: {status:?}"),
+        }
+        // One healthy stage: exactly one mount at the staging path, serving.
+        assert_eq!(
+            mounts_under(&staging),
+            [staging.display().to_string()],
+            "one stage"
+        );
+        let target = node_a.target("pod-1");
+        client
+            .node_publish_volume(publish_request(&stage, &target, false))
+            .await
+            .unwrap();
+        fs::write(target.join("after-the-crash"), point).unwrap();
+        assert_eq!(
+            fs::read(target.join("after-the-crash")).unwrap(),
+            point.as_bytes()
+        );
+        client
+            .node_unpublish_volume(unpublish_request("vol-crash", &target))
+            .await
+            .unwrap();
+        client
+            .node_unstage_volume(unstage_request(&stage))
+            .await
+            .unwrap();
+        assert!(mounts_under(&dir).is_empty(), "no mount leaked");
+
+        // Never two epochs: the stage's release freed the one lease, so another node stages
+        // at once.
+        let node_b = cluster.node("node-b");
+        let stage_b = stage_request(
+            "vol-crash",
+            &node_b.staging("vol-crash"),
+            Mode::SingleNodeWriter,
+            cluster.context("rwo"),
+        );
+        node_b.owner.stage(&stage_b).await.unwrap();
+        node_b
+            .owner
+            .unstage(&unstage_request(&stage_b))
+            .await
+            .unwrap();
+        assert!(mounts_under(&dir).is_empty());
+        drop(second);
+    });
+}
+
+#[test]
+fn a_crash_after_the_record_then_a_retry_stages_once() {
+    crash_at(
+        "a_crash_after_the_record_then_a_retry_stages_once",
+        "record",
+    );
+}
+
+#[test]
+fn a_crash_after_the_claim_then_a_retry_stages_once_with_the_same_epoch() {
+    crash_at(
+        "a_crash_after_the_claim_then_a_retry_stages_once_with_the_same_epoch",
+        "claimed",
+    );
+}
+
+#[test]
+fn a_crash_after_the_mount_then_a_retry_replaces_the_dead_mount() {
+    crash_at(
+        "a_crash_after_the_mount_then_a_retry_replaces_the_dead_mount",
+        "mounted",
+    );
+}
+
+#[test]
+fn a_crash_after_completion_is_aborted_until_unstaged() {
+    crash_at(
+        "a_crash_after_completion_is_aborted_until_unstaged",
+        "completed",
+    );
+}

@@ -1,0 +1,222 @@
+//! What the owner tests share: a worker group of one with its credentials directory, a node
+//! (kubelet root and owner), request builders, and a private mount namespace to run in.
+
+use std::collections::HashMap;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use csi_proto::v1::volume_capability::access_mode::Mode;
+use csi_proto::v1::volume_capability::{AccessMode, AccessType, MountVolume};
+use csi_proto::v1::*;
+use fusefs::testing::WorkerVolume;
+use tak_os_node::context;
+use tak_os_node::credentials::DirectorySource;
+use tak_os_node::owner::{Owner, OwnerConfig};
+use tak_os_node::status;
+use tempfile::TempDir;
+use tonic::Code;
+
+/// Every duration is the default times this factor: a 1.5 s call budget, a 9 s lease.
+pub(crate) const SCALE: f64 = 0.1;
+pub(crate) const NAMESPACE: &str = "tak-os-system";
+
+/// One node's view: a kubelet root, a credentials directory and an owner.
+pub(crate) struct NodeSide {
+    pub(crate) kubelet: PathBuf,
+    pub(crate) owner: Arc<Owner>,
+}
+
+impl NodeSide {
+    pub(crate) fn new(dir: &Path, node_id: &str, credentials: &Path) -> NodeSide {
+        let kubelet = dir.join(node_id).join("kubelet");
+        fs::create_dir_all(kubelet.join("plugins")).unwrap();
+        fs::create_dir_all(kubelet.join("pods")).unwrap();
+        let mut config = OwnerConfig::new(node_id);
+        config.kubelet_root = kubelet.clone();
+        config.credential_namespace = NAMESPACE.to_owned();
+        config.budgets = lease_client::Budgets::default().scaled(SCALE);
+        config.lease = lease_client::LeaseConfig::default().scaled(SCALE);
+        let owner = Owner::new(
+            config,
+            Arc::new(mounter::LinuxMounter::new()),
+            Arc::new(DirectorySource::new(credentials)),
+        )
+        .unwrap();
+        owner.recover().unwrap();
+        NodeSide {
+            kubelet,
+            owner: Arc::new(owner),
+        }
+    }
+
+    /// A staging path as kubelet makes it (the directory exists, empty).
+    pub(crate) fn staging(&self, name: &str) -> PathBuf {
+        let path = self
+            .kubelet
+            .join("plugins/csi")
+            .join(name)
+            .join("globalmount");
+        fs::create_dir_all(&path).unwrap();
+        path
+    }
+
+    /// A target path whose parent exists, as kubelet leaves it.
+    pub(crate) fn target(&self, pod: &str) -> PathBuf {
+        let parent = self.kubelet.join("pods").join(pod).join("volumes");
+        fs::create_dir_all(&parent).unwrap();
+        parent.join("mount")
+    }
+}
+
+/// A worker group of one serving `volume_id`, and the credentials directory the owners read.
+pub(crate) struct Cluster {
+    pub(crate) dir: TempDir,
+    pub(crate) worker: WorkerVolume,
+    pub(crate) credentials: PathBuf,
+}
+
+impl Cluster {
+    pub(crate) async fn start(volume_id: &str, mode: worker::AccessMode) -> Cluster {
+        let dir = tempfile::tempdir().unwrap();
+        let worker = WorkerVolume::start(
+            dir.path(),
+            volume_id,
+            mode,
+            worker::Timings::default().scaled(SCALE),
+        )
+        .await
+        .unwrap();
+        let credentials = dir.path().join("credentials");
+        let volume = credentials.join(volume_id);
+        fs::create_dir_all(&volume).unwrap();
+        let pki = worker.pki();
+        for (key, value) in [
+            ("token", fusefs::testing::TOKEN),
+            ("ca.crt", pki.ca_pem.as_str()),
+            ("tls.crt", pki.client_pem.as_str()),
+            ("tls.key", pki.client_key.as_str()),
+        ] {
+            fs::write(volume.join(key), value).unwrap();
+        }
+        Cluster {
+            dir,
+            worker,
+            credentials,
+        }
+    }
+
+    pub(crate) fn node(&self, node_id: &str) -> NodeSide {
+        NodeSide::new(self.dir.path(), node_id, &self.credentials)
+    }
+
+    pub(crate) fn context(&self, mode: &str) -> HashMap<String, String> {
+        HashMap::from([
+            (context::GENERATION.to_owned(), "1".to_owned()),
+            (
+                context::ENDPOINTS.to_owned(),
+                format!("https://{}", self.worker.endpoint()),
+            ),
+            (context::ACCESS_MODE.to_owned(), mode.to_owned()),
+            (
+                "csi.storage.k8s.io/pod.name".to_owned(),
+                "ignored".to_owned(),
+            ),
+        ])
+    }
+}
+
+pub(crate) fn capability(mode: Mode) -> Option<VolumeCapability> {
+    Some(VolumeCapability {
+        access_mode: Some(AccessMode { mode: mode as i32 }),
+        access_type: Some(AccessType::Mount(MountVolume::default())),
+    })
+}
+
+pub(crate) fn stage_request(
+    volume_id: &str,
+    staging: &Path,
+    mode: Mode,
+    context: HashMap<String, String>,
+) -> NodeStageVolumeRequest {
+    NodeStageVolumeRequest {
+        volume_id: volume_id.to_owned(),
+        staging_target_path: staging.display().to_string(),
+        volume_capability: capability(mode),
+        volume_context: context,
+        ..Default::default()
+    }
+}
+
+pub(crate) fn publish_request(
+    stage: &NodeStageVolumeRequest,
+    target: &Path,
+    readonly: bool,
+) -> NodePublishVolumeRequest {
+    NodePublishVolumeRequest {
+        volume_id: stage.volume_id.clone(),
+        staging_target_path: stage.staging_target_path.clone(),
+        target_path: target.display().to_string(),
+        volume_capability: stage.volume_capability.clone(),
+        readonly,
+        volume_context: stage.volume_context.clone(),
+        ..Default::default()
+    }
+}
+
+pub(crate) fn unstage_request(stage: &NodeStageVolumeRequest) -> NodeUnstageVolumeRequest {
+    NodeUnstageVolumeRequest {
+        volume_id: stage.volume_id.clone(),
+        staging_target_path: stage.staging_target_path.clone(),
+    }
+}
+
+pub(crate) fn unpublish_request(volume_id: &str, target: &Path) -> NodeUnpublishVolumeRequest {
+    NodeUnpublishVolumeRequest {
+        volume_id: volume_id.to_owned(),
+        target_path: target.display().to_string(),
+    }
+}
+
+pub(crate) fn code_of<T>(result: Result<T, tak_os_node::error::Error>) -> Code {
+    match result {
+        Ok(_) => Code::Ok,
+        Err(error) => {
+            eprintln!("refused: {}", error_text(&error));
+            status::code(&error)
+        }
+    }
+}
+
+pub(crate) fn error_text(error: &tak_os_node::error::Error) -> String {
+    test_support::error_chain(error)
+}
+
+/// The mount table's lines that mention `path`.
+pub(crate) fn mounts_under(path: &Path) -> Vec<String> {
+    let bytes = mountinfo::read_self().unwrap();
+    let table = mountinfo::MountTable::parse(&bytes).unwrap();
+    table
+        .iter()
+        .filter(|m| m.mount_point().starts_with(path))
+        .map(|m| m.mount_point().display().to_string())
+        .collect()
+}
+
+/// Runs `body` on a multi-threaded runtime inside a private mount namespace, or skips.
+pub(crate) fn privileged(test: &str, body: impl AsyncFnOnce()) {
+    if !test_support::private_mount_namespace_with_fuse(test) {
+        return;
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        tokio::time::timeout(Duration::from_secs(120), body())
+            .await
+            .expect("the test finished within two minutes");
+    });
+}
