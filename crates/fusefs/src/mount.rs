@@ -202,7 +202,8 @@ impl<S: FileService> Mounted<S> {
     /// root `/`, type, source) and that no other mount (a bind of it) still uses the
     /// connection, then stops the volume's tasks and waits for the session to end, at most
     /// `wait`. A refused unmount changes nothing: the mount and its tasks go on, and the call
-    /// may be repeated.
+    /// may be repeated. A mount detached by hand of which no mount is left anywhere counts as
+    /// unmounted: the tasks stop, and nothing at the path is touched.
     pub async fn unmount(&mut self, wait: Duration) -> Result<(), MountError> {
         if self.handle.is_none() {
             return Ok(());
@@ -236,6 +237,17 @@ impl<S: FileService> Mounted<S> {
                         m.source().to_string_lossy()
                     ),
                 });
+            }
+            // Detached by hand (a lazy unmount) and no bind of it left: the mount is gone
+            // already. The session ends when the kernel closes the connection (once nothing
+            // holds the detached tree open); there is nothing to unmount.
+            None if !table.iter().any(|m| ours(&m)) => {
+                self.stop_tasks();
+                if let Some(handle) = self.handle.take() {
+                    // Never its unmount by path: the path may hold something else now.
+                    std::mem::forget(handle);
+                }
+                return Ok(());
             }
             None => {
                 return Err(MountError::NotOurs {

@@ -103,6 +103,7 @@ impl OwnerProcess {
     fn spawn(dir: &Path, cluster: &Cluster, node: &str, die_at: &str) -> OwnerProcess {
         let socket = dir.join(format!("{node}-{die_at}.sock"));
         let kubelet = dir.join(node).join("kubelet");
+        fs::create_dir_all(kubelet.join("plugins")).unwrap();
         let spec = [
             socket.display().to_string(),
             kubelet.display().to_string(),
@@ -280,5 +281,97 @@ fn a_crash_after_completion_is_aborted_until_unstaged() {
     crash_at(
         "a_crash_after_completion_is_aborted_until_unstaged",
         "completed",
+    );
+}
+
+/// An owner process paused (SIGSTOP) past its lease: another node stages the volume once the
+/// lease has run out; resumed, the paused owner's mount fails every operation with EIO (its
+/// epoch is fenced), and its unpublish and unstage still complete.
+#[test]
+fn a_paused_owner_is_fenced_and_still_unpublishes_and_unstages() {
+    privileged(
+        "a_paused_owner_is_fenced_and_still_unpublishes_and_unstages",
+        async || {
+            let cluster = Cluster::start("vol-fence", worker::AccessMode::Rwo).await;
+            let dir = cluster.dir.path().to_owned();
+            let node_a = cluster.node("node-a");
+            let stage_a = stage_request(
+                "vol-fence",
+                &node_a.staging("vol-fence"),
+                Mode::SingleNodeWriter,
+                cluster.context("rwo"),
+            );
+            let owner_a = OwnerProcess::spawn(&dir, &cluster, "node-a", "none");
+            let mut client = owner_a.client().await;
+            client.node_stage_volume(stage_a.clone()).await.unwrap();
+            let target = node_a.target("pod-a");
+            client
+                .node_publish_volume(publish_request(&stage_a, &target, false))
+                .await
+                .unwrap();
+            fs::write(target.join("file"), b"before").unwrap();
+
+            let pid =
+                rustix::process::Pid::from_raw(i32::try_from(owner_a.child.id()).unwrap()).unwrap();
+            rustix::process::kill_process(pid, rustix::process::Signal::STOP).unwrap();
+            let node_b = cluster.node("node-b");
+            let stage_b = stage_request(
+                "vol-fence",
+                &node_b.staging("vol-fence"),
+                Mode::SingleNodeWriter,
+                cluster.context("rwo"),
+            );
+            let start = Instant::now();
+            loop {
+                match node_b.owner.stage(&stage_b).await {
+                    Ok(_) => break,
+                    Err(error)
+                        if tak_os_node::status::code(&error) == Code::FailedPrecondition
+                            && start.elapsed() < Duration::from_secs(30) =>
+                    {
+                        tokio::time::sleep(Duration::from_millis(500)).await;
+                    }
+                    Err(error) => panic!("node-b never staged: {error}"),
+                }
+            }
+            let waited = start.elapsed();
+            rustix::process::kill_process(pid, rustix::process::Signal::CONT).unwrap();
+            assert!(
+                waited >= Duration::from_secs(5),
+                "node-b staged only once the 9 s lease had run out ({waited:?})"
+            );
+
+            // node-a's mount is fenced: its epoch is stale at the workers.
+            let errno = |result: std::io::Result<()>| result.unwrap_err().raw_os_error();
+            assert_eq!(
+                errno(fs::read(target.join("file")).map(drop)),
+                Some(libc::EIO)
+            );
+            assert_eq!(
+                errno(fs::write(target.join("other"), b"x")),
+                Some(libc::EIO)
+            );
+            assert_eq!(
+                errno(fs::metadata(target.join("file")).map(drop)),
+                Some(libc::EIO)
+            );
+
+            client
+                .node_unpublish_volume(unpublish_request("vol-fence", &target))
+                .await
+                .unwrap();
+            client
+                .node_unstage_volume(unstage_request(&stage_a))
+                .await
+                .unwrap();
+            assert!(mounts_under(&node_a.kubelet).is_empty());
+            node_b
+                .owner
+                .unstage(&unstage_request(&stage_b))
+                .await
+                .unwrap();
+            assert!(mounts_under(&dir).is_empty());
+            drop(owner_a);
+        },
     );
 }

@@ -94,6 +94,13 @@ fn rwx_stage_publish_twice_write_read_and_tear_down_idempotently() {
                 Code::FailedPrecondition,
                 "unstage while published"
             );
+            // Detached by hand, the stage no longer shows at its path; its binds still count.
+            rustix::mount::unmount(&staging, rustix::mount::UnmountFlags::DETACH).unwrap();
+            assert_eq!(
+                code_of(owner.unstage(&unstage_request(&stage)).await),
+                Code::FailedPrecondition,
+                "unstage while published, the staging mount detached"
+            );
             for target in [&writer, &reader] {
                 for _ in 0..2 {
                     owner
@@ -157,6 +164,19 @@ fn rwo_is_one_node_at_a_time_and_an_unstage_hands_it_over_at_once() {
                 code_of(b.owner.stage(&stage_b).await),
                 Code::FailedPrecondition,
                 "the lease is held by node-a's epoch"
+            );
+            // A second owner with the same node ID never shares the volume: another epoch.
+            let twin = cluster.node_twin("node-a");
+            let stage_twin = stage_request(
+                "vol-rwo",
+                &twin.staging("vol-rwo"),
+                Mode::SingleNodeWriter,
+                cluster.context("rwo"),
+            );
+            assert_eq!(
+                code_of(twin.owner.stage(&stage_twin).await),
+                Code::FailedPrecondition,
+                "a second owner with the same node ID"
             );
             assert!(
                 !b.staging("vol-rwo")

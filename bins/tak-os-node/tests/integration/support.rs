@@ -30,7 +30,7 @@ pub(crate) struct NodeSide {
 
 impl NodeSide {
     pub(crate) fn new(dir: &Path, node_id: &str, credentials: &Path) -> NodeSide {
-        let kubelet = dir.join(node_id).join("kubelet");
+        let kubelet = dir.join("kubelet");
         fs::create_dir_all(kubelet.join("plugins")).unwrap();
         fs::create_dir_all(kubelet.join("pods")).unwrap();
         let mut config = OwnerConfig::new(node_id);
@@ -108,7 +108,13 @@ impl Cluster {
     }
 
     pub(crate) fn node(&self, node_id: &str) -> NodeSide {
-        NodeSide::new(self.dir.path(), node_id, &self.credentials)
+        NodeSide::new(&self.dir.path().join(node_id), node_id, &self.credentials)
+    }
+
+    /// A second owner with the same node ID, with a kubelet root of its own: as a second
+    /// owner process on the same node would be if it were ever started by mistake.
+    pub(crate) fn node_twin(&self, node_id: &str) -> NodeSide {
+        NodeSide::new(&self.dir.path().join("twin"), node_id, &self.credentials)
     }
 
     pub(crate) fn context(&self, mode: &str) -> HashMap<String, String> {
