@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 use std::fs;
 use std::os::unix::fs::FileExt as _;
+use std::sync::Arc;
 
 use csi_proto::v1::volume_capability::access_mode::Mode;
 use csi_proto::v1::volume_capability::{AccessMode, AccessType};
@@ -360,4 +361,133 @@ fn refusals_change_nothing() {
         );
         rustix::mount::unmount(&staging, rustix::mount::UnmountFlags::empty()).unwrap();
     });
+}
+
+/// A directory source that counts its calls, so the test knows when the owner has looked at
+/// the files again (a refresh cycle is: `changed` resolves, `load`, swap, `changed` again).
+struct Counted {
+    inner: tak_os_node::credentials::DirectorySource,
+    loads: std::sync::atomic::AtomicU64,
+    changes: std::sync::atomic::AtomicU64,
+}
+
+impl tak_os_node::credentials::CredentialSource for Counted {
+    fn load<'a>(&'a self, volume_id: &'a str) -> tak_os_node::credentials::Load<'a> {
+        self.loads.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.inner.load(volume_id)
+    }
+
+    fn changed<'a>(&'a self, volume_id: &'a str) -> tak_os_node::credentials::Changed<'a> {
+        self.changes
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.inner.changed(volume_id)
+    }
+}
+
+impl Counted {
+    /// Waits for two whole refresh cycles, so the material on disk now is in the client.
+    async fn refreshed(&self) {
+        use std::sync::atomic::Ordering::SeqCst;
+        let (loads, changes) = (self.loads.load(SeqCst), self.changes.load(SeqCst));
+        let start = std::time::Instant::now();
+        while self.loads.load(SeqCst) < loads + 2 || self.changes.load(SeqCst) < changes + 2 {
+            assert!(
+                start.elapsed() < std::time::Duration::from_secs(10),
+                "no refresh"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    }
+}
+
+#[test]
+fn a_token_rotation_during_continuous_io_fails_no_call() {
+    privileged(
+        "a_token_rotation_during_continuous_io_fails_no_call",
+        async || {
+            use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+            let cluster = Cluster::start("vol-rot", worker::AccessMode::Rwx).await;
+            let source = Arc::new(Counted {
+                inner: tak_os_node::credentials::DirectorySource::new(&cluster.credentials)
+                    .with_poll_interval(std::time::Duration::from_millis(50)),
+                loads: AtomicU64::new(0),
+                changes: AtomicU64::new(0),
+            });
+            let node = crate::support::NodeSide::with_source(
+                &cluster.dir.path().join("node-a"),
+                "node-a",
+                source.clone(),
+            );
+            let stage = stage_request(
+                "vol-rot",
+                &node.staging("vol-rot"),
+                Mode::MultiNodeMultiWriter,
+                cluster.context("rwx"),
+            );
+            node.owner.stage(&stage).await.unwrap();
+            let target = node.target("pod");
+            node.owner
+                .publish(&publish_request(&stage, &target, false))
+                .await
+                .unwrap();
+
+            // A writer and reader that never stops: every write verified by a read.
+            let stop = Arc::new(AtomicBool::new(false));
+            let rounds = Arc::new(AtomicU64::new(0));
+            let io = std::thread::spawn({
+                let (stop, rounds, target) = (stop.clone(), rounds.clone(), target.clone());
+                move || -> Result<(), String> {
+                    let mut n = 0u64;
+                    while !stop.load(Ordering::SeqCst) {
+                        let data = format!("round {n}");
+                        fs::write(target.join("f"), &data)
+                            .map_err(|e| format!("write {n}: {e}"))?;
+                        let read =
+                            fs::read(target.join("f")).map_err(|e| format!("read {n}: {e}"))?;
+                        if read != data.as_bytes() {
+                            return Err(format!("round {n} read back {read:?}"));
+                        }
+                        n += 1;
+                        rounds.store(n, Ordering::SeqCst);
+                    }
+                    Ok(())
+                }
+            });
+            let volume = cluster.credentials.join("vol-rot");
+            let tokens = cluster.worker.server().tokens();
+            let progress = async |what: &str| {
+                let from = rounds.load(Ordering::SeqCst);
+                let start = std::time::Instant::now();
+                while rounds.load(Ordering::SeqCst) < from + 20 {
+                    assert!(!io.is_finished(), "the I/O stopped {what}");
+                    assert!(
+                        start.elapsed() < std::time::Duration::from_secs(20),
+                        "no I/O {what}"
+                    );
+                    tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+                }
+            };
+            progress("before the rotation").await;
+            // The manager's order: the workers accept the new token, it appears as
+            // next-token, the old one is retired, the new one becomes the token.
+            tokens.replace([fusefs::testing::TOKEN, "rotated-token"]);
+            fs::write(volume.join("next-token"), "rotated-token").unwrap();
+            source.refreshed().await;
+            progress("with both tokens accepted").await;
+            tokens.replace(["rotated-token"]);
+            progress("with only the new token accepted").await;
+            fs::write(volume.join("token"), "rotated-token").unwrap();
+            fs::remove_file(volume.join("next-token")).unwrap();
+            source.refreshed().await;
+            progress("after the rotation").await;
+
+            stop.store(true, Ordering::SeqCst);
+            io.join().unwrap().unwrap();
+            node.owner
+                .unpublish(&unpublish_request("vol-rot", &target))
+                .await
+                .unwrap();
+            node.owner.unstage(&unstage_request(&stage)).await.unwrap();
+        },
+    );
 }

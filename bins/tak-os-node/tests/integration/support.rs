@@ -12,7 +12,7 @@ use csi_proto::v1::volume_capability::{AccessMode, AccessType, MountVolume};
 use csi_proto::v1::*;
 use fusefs::testing::WorkerVolume;
 use tak_os_node::context;
-use tak_os_node::credentials::DirectorySource;
+use tak_os_node::credentials::{CredentialSource, DirectorySource};
 use tak_os_node::owner::{Owner, OwnerConfig};
 use tak_os_node::status;
 use tempfile::TempDir;
@@ -30,6 +30,15 @@ pub(crate) struct NodeSide {
 
 impl NodeSide {
     pub(crate) fn new(dir: &Path, node_id: &str, credentials: &Path) -> NodeSide {
+        NodeSide::with_source(dir, node_id, Arc::new(DirectorySource::new(credentials)))
+    }
+
+    /// A node whose owner reads credentials from `source`.
+    pub(crate) fn with_source(
+        dir: &Path,
+        node_id: &str,
+        source: Arc<dyn CredentialSource>,
+    ) -> NodeSide {
         let kubelet = dir.join("kubelet");
         fs::create_dir_all(kubelet.join("plugins")).unwrap();
         fs::create_dir_all(kubelet.join("pods")).unwrap();
@@ -38,12 +47,7 @@ impl NodeSide {
         config.credential_namespace = NAMESPACE.to_owned();
         config.budgets = lease_client::Budgets::default().scaled(SCALE);
         config.lease = lease_client::LeaseConfig::default().scaled(SCALE);
-        let owner = Owner::new(
-            config,
-            Arc::new(mounter::LinuxMounter::new()),
-            Arc::new(DirectorySource::new(credentials)),
-        )
-        .unwrap();
+        let owner = Owner::new(config, Arc::new(mounter::LinuxMounter::new()), source).unwrap();
         owner.recover().unwrap();
         NodeSide {
             kubelet,
