@@ -67,7 +67,7 @@ pub fn read(
 /// The name is looked at without following it first, so a symbolic link is reported as one
 /// and a device or FIFO is never opened (opening some devices has effects). The file is then
 /// opened without following a link, without blocking and without becoming a controlling
-/// terminal, and must be the inode that was looked at. Check [`Opened::stat`] (the owner, the
+/// terminal, and must be the inode that was looked at. Check [`Opened::metadata`] (the owner, the
 /// mode, the link count: whatever the caller requires) before [`Opened::read`].
 ///
 /// # Errors
