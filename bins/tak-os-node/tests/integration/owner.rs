@@ -491,3 +491,114 @@ fn a_token_rotation_during_continuous_io_fails_no_call() {
         },
     );
 }
+
+#[test]
+fn publish_unpublish_and_stats_refuse_what_is_not_theirs() {
+    privileged(
+        "publish_unpublish_and_stats_refuse_what_is_not_theirs",
+        async || {
+            let cluster = Cluster::start("vol-p", worker::AccessMode::Rwx).await;
+            let node = cluster.node("node-a");
+            let owner = &node.owner;
+            let stage = stage_request(
+                "vol-p",
+                &node.staging("vol-p"),
+                Mode::MultiNodeMultiWriter,
+                cluster.context("rwx"),
+            );
+            owner.stage(&stage).await.unwrap();
+            let target = node.target("pod");
+            let foreign = node.target("foreign");
+            fs::create_dir(&foreign).unwrap();
+            rustix::mount::mount(
+                "tmpfs",
+                &foreign,
+                "tmpfs",
+                rustix::mount::MountFlags::empty(),
+                c"",
+            )
+            .unwrap();
+            let before = mounts_under(&node.kubelet);
+            let outside = cluster.dir.path().join("outside");
+            let with = |f: &dyn Fn(&mut NodePublishVolumeRequest)| {
+                let mut req = publish_request(&stage, &target, false);
+                f(&mut req);
+                req
+            };
+            let cases: Vec<(&str, NodePublishVolumeRequest, Code)> = vec![
+                (
+                    "no staging path",
+                    with(&|r| r.staging_target_path.clear()),
+                    Code::FailedPrecondition,
+                ),
+                (
+                    "a staging path that holds no stage",
+                    with(&|r| {
+                        r.staging_target_path = node.staging("elsewhere").display().to_string();
+                    }),
+                    Code::FailedPrecondition,
+                ),
+                (
+                    "a target outside kubelet",
+                    with(&|r| r.target_path = outside.display().to_string()),
+                    Code::InvalidArgument,
+                ),
+                (
+                    "a foreign mount at the target",
+                    with(&|r| r.target_path = foreign.display().to_string()),
+                    Code::FailedPrecondition,
+                ),
+                (
+                    "secrets",
+                    with(&|r| {
+                        r.secrets = HashMap::from([("k".to_owned(), "hunter2".to_owned())]);
+                    }),
+                    Code::InvalidArgument,
+                ),
+                (
+                    "another volume's context",
+                    with(&|r| {
+                        r.volume_context
+                            .insert(context::GENERATION.to_owned(), "9".to_owned());
+                    }),
+                    Code::FailedPrecondition,
+                ),
+            ];
+            for (what, req, expected) in cases {
+                assert_eq!(code_of(owner.publish(&req).await), expected, "{what}");
+                assert_eq!(
+                    mounts_under(&node.kubelet),
+                    before,
+                    "{what}: the mount table"
+                );
+                assert!(!target.exists(), "{what}: no target made");
+            }
+            let stats = |path: &std::path::Path| NodeGetVolumeStatsRequest {
+                volume_id: "vol-p".to_owned(),
+                volume_path: path.display().to_string(),
+                staging_target_path: String::new(),
+            };
+            assert_eq!(
+                code_of(owner.volume_stats(&stats(&target)).await),
+                Code::NotFound
+            );
+            assert_eq!(
+                code_of(owner.volume_stats(&stats(&foreign)).await),
+                Code::NotFound
+            );
+            assert_eq!(
+                code_of(owner.unpublish(&unpublish_request("vol-p", &foreign)).await),
+                Code::FailedPrecondition,
+                "a foreign mount is never unmounted"
+            );
+            assert_eq!(mounts_under(&node.kubelet), before);
+            // An absent target is unpublished already.
+            owner
+                .unpublish(&unpublish_request("vol-p", &target))
+                .await
+                .unwrap();
+            rustix::mount::unmount(&foreign, rustix::mount::UnmountFlags::empty()).unwrap();
+            owner.unstage(&unstage_request(&stage)).await.unwrap();
+        },
+    );
+}
