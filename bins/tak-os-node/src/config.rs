@@ -19,6 +19,11 @@ pub struct Cli {
     #[arg(long, env = "CSI_ENDPOINT", default_value = "unix:///csi/csi.sock")]
     pub csi_endpoint: String,
 
+    /// Frontend mode: serve kubelet on --csi-endpoint and forward every Node call to the mount
+    /// owner on this socket (unix:///path). Without it, this process is the mount owner.
+    #[arg(long, env = "TAK_OS_MOUNT_SERVICE")]
+    pub mount_service: Option<String>,
+
     /// This node's Kubernetes name (its CSI node ID).
     #[arg(long, env = "NODE_NAME")]
     pub node_id: Option<String>,
@@ -102,6 +107,8 @@ pub enum Credentials {
 pub struct Config {
     /// Where to serve CSI.
     pub endpoint: UnixEndpoint,
+    /// In frontend mode, the mount owner's socket.
+    pub mount_service: Option<UnixEndpoint>,
     /// The CSI driver name.
     pub driver_name: String,
     /// Where credentials come from.
@@ -141,6 +148,21 @@ impl Cli {
     pub fn config(&self) -> Result<Config, ConfigError> {
         let endpoint = UnixEndpoint::parse(&self.csi_endpoint)
             .map_err(|e| bad("--csi-endpoint", e.to_string()))?;
+        let mount_service = self
+            .mount_service
+            .as_deref()
+            .map(|service| {
+                UnixEndpoint::parse(service).map_err(|e| bad("--mount-service", e.to_string()))
+            })
+            .transpose()?;
+        if let Some(service) = &mount_service
+            && service.path() == endpoint.path()
+        {
+            return Err(bad(
+                "--mount-service",
+                "must not be the socket this process serves (--csi-endpoint)",
+            ));
+        }
         let node_id = match &self.node_id {
             Some(node) if !node.is_empty() => node.clone(),
             _ => return Err(bad("--node-id", "is required (or set NODE_NAME)")),
@@ -201,6 +223,7 @@ impl Cli {
         owner.lease = lease;
         Ok(Config {
             endpoint,
+            mount_service,
             driver_name: self.driver_name.clone(),
             credentials,
             metrics_address,
@@ -237,6 +260,12 @@ mod tests {
             config.metrics_address,
             Some("0.0.0.0:9899".parse().unwrap())
         );
+        assert!(config.mount_service.is_none(), "the owner is the default");
+        let frontend = cli(&["--mount-service", "unix:///run/tak-os/owner.sock"]).unwrap();
+        assert_eq!(
+            frontend.mount_service.unwrap().path(),
+            Path::new("/run/tak-os/owner.sock")
+        );
     }
 
     #[test]
@@ -254,6 +283,11 @@ mod tests {
             (&["--call-budget-seconds=-1"], "--call-budget-seconds"),
             (&["--max-stages", "0"], "--max-stages"),
             (&["--credential-namespace", ""], "--credential-namespace"),
+            (&["--mount-service", "/no/scheme"], "--mount-service"),
+            (
+                &["--mount-service", "unix:///csi/csi.sock"],
+                "--mount-service",
+            ),
         ] {
             let error = cli(args).unwrap_err();
             assert!(error.to_string().starts_with(flag), "{args:?}: {error}");

@@ -19,6 +19,7 @@ pub mod config;
 pub mod context;
 pub mod credentials;
 pub mod error;
+pub mod frontend;
 pub mod grpc;
 pub mod owner;
 pub mod status;
@@ -41,8 +42,7 @@ pub async fn run(
 ) -> anyhow::Result<()> {
     let metrics = observe::install_metrics()?;
     let owner = Arc::new(Owner::new(config.owner.clone(), mounter, credentials)?);
-    let listener = csi_proto::bind_unix(config.endpoint.path())
-        .with_context(|| format!("cannot listen on {:?}", config.endpoint.path()))?;
+    let listener = bind_root_only(config.endpoint.path())?;
     let left = owner.recover()?;
     let mut background = tokio::task::JoinSet::new();
     if let Some(address) = config.metrics_address {
@@ -80,10 +80,69 @@ pub async fn run(
     Ok(())
 }
 
+/// Binds the CSI socket with permissions only root can use (0600): whoever reaches it can
+/// mount volumes on this node.
+fn bind_root_only(path: &std::path::Path) -> anyhow::Result<tokio::net::UnixListener> {
+    use std::os::unix::fs::PermissionsExt as _;
+    let listener =
+        csi_proto::bind_unix(path).with_context(|| format!("cannot listen on {path:?}"))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+        .with_context(|| format!("cannot restrict {path:?} to root"))?;
+    Ok(listener)
+}
+
+/// Frontend mode: serves Identity and Node on `config.endpoint` and forwards every Node call
+/// to the owner at `config.mount_service`, until `shutdown` resolves. Holds no volume state.
+pub async fn run_frontend(
+    config: Config,
+    shutdown: impl Future<Output = ()> + Send,
+) -> anyhow::Result<()> {
+    let Some(owner) = &config.mount_service else {
+        anyhow::bail!("frontend mode needs --mount-service");
+    };
+    let metrics = observe::install_metrics()?;
+    let frontend = frontend::Frontend::new(
+        owner.path(),
+        config.owner.node_id.clone(),
+        config.driver_name.clone(),
+        frontend::DEFAULT_CALL_TIMEOUT,
+        frontend::DEFAULT_CONNECT_TIMEOUT,
+    );
+    let listener = bind_root_only(config.endpoint.path())?;
+    let mut background = tokio::task::JoinSet::new();
+    if let Some(address) = config.metrics_address {
+        let http = observe::bind_http(address)
+            .await
+            .with_context(|| format!("cannot listen on the metrics address {address}"))?;
+        background.spawn(observe::serve_http(http, metrics, || async { Ok(()) }));
+    }
+    tracing::info!(
+        endpoint = %config.endpoint.path().display(),
+        owner = %owner.path().display(),
+        node = %config.owner.node_id,
+        version = env!("CARGO_PKG_VERSION"),
+        "serving {} as a frontend of the mount owner", config.driver_name
+    );
+    let served = csi_proto::serve_on(listener, frontend.router(), shutdown).await;
+    background.abort_all();
+    served.context("the CSI server failed")?;
+    tracing::info!("stopped");
+    Ok(())
+}
+
 /// What the binary does: serves `config` with the real mounter on a runtime sized for
 /// `config.max_stages` FUSE connections (fuse3 reads each one on a blocking thread), until
 /// SIGTERM or SIGINT.
 pub fn serve(config: Config) -> anyhow::Result<()> {
+    if config.mount_service.is_some() {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()?;
+        return runtime.block_on(run_frontend(config, async {
+            let signal = observe::shutdown_signal().await;
+            tracing::info!(signal, "shutting down");
+        }));
+    }
     raise_open_file_limit();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

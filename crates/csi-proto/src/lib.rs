@@ -72,7 +72,7 @@ mod socket;
 
 pub use endpoint::{MAX_SOCKET_PATH_LEN, UnixEndpoint};
 pub use error::{EndpointProblem, Error, FileKind};
-pub use socket::{bind_unix, connect_unix, serve_on, serve_unix};
+pub use socket::{bind_unix, connect_unix, connect_unix_lazy, serve_on, serve_unix};
 
 /// A bounded name for a gRPC status code, for log fields and metric labels: the code's name
 /// in lower case (`ok`, `invalid_argument`, `failed_precondition`).

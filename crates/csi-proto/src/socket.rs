@@ -131,6 +131,19 @@ pub async fn connect_unix(path: impl AsRef<Path>) -> Result<Channel, Error> {
         .map_err(|source| Error::Connect { path, source })
 }
 
+/// A channel to the gRPC server on the Unix socket at `path` that connects on first use, and
+/// again after a failure, giving up on each connection attempt after `connect_timeout`. For a
+/// client whose server may be down when it starts, or restart under it.
+pub fn connect_unix_lazy(path: impl AsRef<Path>, connect_timeout: std::time::Duration) -> Channel {
+    let socket: PathBuf = path.as_ref().to_owned();
+    Endpoint::from_static("http://localhost")
+        .connect_timeout(connect_timeout)
+        .connect_with_connector_lazy(tower::service_fn(move |_: Uri| {
+            let socket = socket.clone();
+            async move { UnixStream::connect(socket).await.map(TokioIo::new) }
+        }))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

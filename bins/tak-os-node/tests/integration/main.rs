@@ -7,6 +7,7 @@
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::print_stderr)]
 
 mod crash;
+mod frontend;
 mod kube_secrets;
 mod owner;
 mod support;

@@ -1,0 +1,371 @@
+//! The frontend/owner split: a frontend process killed with SIGKILL and restarted again and
+//! again while a process writes a verified stream through a published target and another reads
+//! it back; no I/O error, no byte lost, the same stage and the same lease epoch. And the
+//! frontend's refusals: an owner that does not answer (UNAVAILABLE within the bound) and an
+//! owner that serves another node (refused, never forwarded).
+//!
+//! The owner runs in this test process (served on its socket as the binary serves it); each
+//! frontend is this test binary re-executed (`child_frontend_process`).
+
+use std::fs;
+use std::os::unix::fs::FileExt as _;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use csi_proto::v1::identity_client::IdentityClient;
+use csi_proto::v1::node_client::NodeClient;
+use csi_proto::v1::volume_capability::access_mode::Mode;
+use csi_proto::v1::{NodeGetVolumeStatsRequest, ProbeRequest};
+use tak_os_node::config::Cli;
+use tonic::Code;
+
+use crate::support::{
+    Cluster, NAMESPACE, mounts_under, privileged, publish_request, stage_request,
+    unpublish_request, unstage_request,
+};
+
+const CHILD_ENV: &str = "TAK_OS_NODE_TEST_FRONTEND";
+const CHUNK: usize = 4096;
+
+fn cli(args: &[&str]) -> tak_os_node::config::Config {
+    let mut all = vec!["tak-os-node", "--metrics-address", ""];
+    all.extend_from_slice(args);
+    <Cli as clap::Parser>::try_parse_from(all)
+        .unwrap()
+        .config()
+        .unwrap()
+}
+
+/// Not a test on its own: the frontend tests re-execute this binary to run a frontend in a
+/// child process. `TAK_OS_NODE_TEST_FRONTEND` holds, one per line: the CSI socket, the owner's
+/// socket, the node ID.
+#[test]
+#[ignore = "a helper process of the frontend tests"]
+fn child_frontend_process() {
+    let Ok(spec) = std::env::var(CHILD_ENV) else {
+        return;
+    };
+    let lines: Vec<&str> = spec.lines().collect();
+    let [csi, owner, node] = lines[..] else {
+        panic!("malformed {CHILD_ENV}: {spec:?}");
+    };
+    let config = cli(&[
+        "--csi-endpoint",
+        &format!("unix://{csi}"),
+        "--mount-service",
+        &format!("unix://{owner}"),
+        "--node-id",
+        node,
+    ]);
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(tak_os_node::run_frontend(config, std::future::pending()))
+        .unwrap();
+}
+
+/// A frontend process, killed when the guard drops.
+struct FrontendProcess {
+    child: Child,
+    socket: PathBuf,
+}
+
+impl FrontendProcess {
+    fn spawn(dir: &Path, name: &str, owner: &Path, node: &str) -> FrontendProcess {
+        let socket = dir.join(format!("{name}.sock"));
+        let _ = fs::remove_file(&socket);
+        let spec = [
+            socket.display().to_string(),
+            owner.display().to_string(),
+            node.to_owned(),
+        ]
+        .join("\n");
+        let log = fs::File::options()
+            .create(true)
+            .append(true)
+            .open(dir.join("frontends.log"))
+            .unwrap();
+        let child = Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "frontend::child_frontend_process",
+                "--ignored",
+                "--nocapture",
+                "--test-threads",
+                "1",
+            ])
+            .env(CHILD_ENV, spec)
+            .env("TAK_OS_LOG_FORMAT", "text")
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        FrontendProcess { child, socket }
+    }
+
+    async fn channel(&self) -> tonic::transport::Channel {
+        let start = Instant::now();
+        loop {
+            if self.socket.exists()
+                && let Ok(channel) = csi_proto::connect_unix(&self.socket).await
+            {
+                return channel;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(20),
+                "the frontend never answered"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    fn kill(mut self) {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+    }
+}
+
+impl Drop for FrontendProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The epoch in the RWO session record beside `staging`.
+fn epoch_of(staging: &Path) -> String {
+    let record = staging.with_file_name(format!(
+        "{}.rwo-session",
+        staging.file_name().unwrap().to_string_lossy()
+    ));
+    let json: serde_json::Value = serde_json::from_slice(&fs::read(record).unwrap()).unwrap();
+    json["epoch"].as_str().unwrap().to_owned()
+}
+
+/// The kernel's ID of the mount at `path`.
+fn mount_id(path: &Path) -> u64 {
+    let bytes = mountinfo::read_self().unwrap();
+    let table = mountinfo::MountTable::parse(&bytes).unwrap();
+    table.by_mount_point(path).unwrap().mount_id()
+}
+
+fn chunk(n: u64) -> Vec<u8> {
+    let mut data = vec![0u8; CHUNK];
+    for (i, byte) in data.iter_mut().enumerate() {
+        *byte = (n as usize * 31 + i) as u8;
+    }
+    data
+}
+
+#[test]
+fn the_frontend_restarts_under_io_without_breaking_a_mount() {
+    privileged(
+        "the_frontend_restarts_under_io_without_breaking_a_mount",
+        async || {
+            let cluster = Cluster::start("vol-front", worker::AccessMode::Rwo).await;
+            let dir = cluster.dir.path().to_owned();
+            let node = cluster.node("node-a");
+            let owner_socket = dir.join("owner.sock");
+            let config = cli(&[
+                "--csi-endpoint",
+                &format!("unix://{}", owner_socket.display()),
+                "--node-id",
+                "node-a",
+                "--kubelet-root",
+                &node.kubelet.display().to_string(),
+                "--credentials-dir",
+                &cluster.credentials.display().to_string(),
+                "--credential-namespace",
+                NAMESPACE,
+                "--lease-seconds",
+                "9",
+                "--lease-renew-seconds",
+                "2",
+                "--call-budget-seconds",
+                "1.5",
+            ]);
+            let (stop_owner, stopped) = tokio::sync::oneshot::channel::<()>();
+            let owner = tokio::spawn(tak_os_node::run(
+                config,
+                Arc::new(mounter::LinuxMounter::new()),
+                Arc::new(tak_os_node::credentials::DirectorySource::new(
+                    &cluster.credentials,
+                )),
+                async {
+                    let _ = stopped.await;
+                },
+            ));
+
+            let mut frontend = FrontendProcess::spawn(&dir, "csi", &owner_socket, "node-a");
+            let mut client = NodeClient::new(frontend.channel().await);
+            let staging = node.staging("vol-front");
+            let stage = stage_request(
+                "vol-front",
+                &staging,
+                Mode::SingleNodeWriter,
+                cluster.context("rwo"),
+            );
+            client.node_stage_volume(stage.clone()).await.unwrap();
+            let target = node.target("pod");
+            client
+                .node_publish_volume(publish_request(&stage, &target, false))
+                .await
+                .unwrap();
+            let epoch = epoch_of(&staging);
+            let stage_mount = mount_id(&staging);
+
+            // A writer of a verified stream, and a reader that checks what is there so far.
+            let stop = Arc::new(AtomicBool::new(false));
+            let written = Arc::new(AtomicU64::new(0));
+            let file = target.join("stream");
+            fs::write(&file, b"").unwrap();
+            let writer = std::thread::spawn({
+                let (stop, written, file) = (stop.clone(), written.clone(), file.clone());
+                move || -> Result<(), String> {
+                    let out = fs::OpenOptions::new()
+                        .write(true)
+                        .open(&file)
+                        .map_err(|e| e.to_string())?;
+                    let mut n = 0u64;
+                    while !stop.load(Ordering::SeqCst) {
+                        out.write_all_at(&chunk(n), n * CHUNK as u64)
+                            .map_err(|e| format!("write {n}: {e}"))?;
+                        n += 1;
+                        written.store(n, Ordering::SeqCst);
+                    }
+                    Ok(())
+                }
+            });
+            let reader = std::thread::spawn({
+                let (stop, written, file) = (stop.clone(), written.clone(), file.clone());
+                move || -> Result<u64, String> {
+                    let input = fs::File::open(&file).map_err(|e| e.to_string())?;
+                    let mut checked = 0u64;
+                    let mut buf = vec![0u8; CHUNK];
+                    while !stop.load(Ordering::SeqCst) {
+                        let n = written.load(Ordering::SeqCst);
+                        if checked >= n {
+                            std::thread::sleep(Duration::from_millis(1));
+                            continue;
+                        }
+                        input
+                            .read_exact_at(&mut buf, checked * CHUNK as u64)
+                            .map_err(|e| format!("read {checked}: {e}"))?;
+                        if buf != chunk(checked) {
+                            return Err(format!("chunk {checked} read back wrong"));
+                        }
+                        checked += 1;
+                    }
+                    Ok(checked)
+                }
+            });
+            let progress = async || {
+                let from = written.load(Ordering::SeqCst);
+                let start = Instant::now();
+                while written.load(Ordering::SeqCst) < from + 50 {
+                    assert!(
+                        !writer.is_finished() && !reader.is_finished(),
+                        "the I/O stopped"
+                    );
+                    assert!(start.elapsed() < Duration::from_secs(20), "no I/O progress");
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+            };
+            let stats = NodeGetVolumeStatsRequest {
+                volume_id: "vol-front".to_owned(),
+                volume_path: target.display().to_string(),
+                staging_target_path: String::new(),
+            };
+
+            progress().await;
+            for round in 0..5 {
+                frontend.kill();
+                // Kubelet's call while the frontend is down fails; its retry after the
+                // restart succeeds.
+                assert!(
+                    client.node_get_volume_stats(stats.clone()).await.is_err(),
+                    "round {round}: the frontend is down"
+                );
+                progress().await;
+                frontend = FrontendProcess::spawn(&dir, "csi", &owner_socket, "node-a");
+                client = NodeClient::new(frontend.channel().await);
+                let answer = client.node_get_volume_stats(stats.clone()).await.unwrap();
+                assert!(!answer.into_inner().volume_condition.unwrap().abnormal);
+                progress().await;
+            }
+            stop.store(true, Ordering::SeqCst);
+            writer.join().unwrap().unwrap();
+            let checked = reader.join().unwrap().unwrap();
+            let total = written.load(Ordering::SeqCst);
+            assert!(
+                checked > 0 && total >= checked,
+                "{checked} of {total} chunks checked"
+            );
+            let all = fs::read(&file).unwrap();
+            assert_eq!(
+                all.len() as u64,
+                total * CHUNK as u64,
+                "every byte is there"
+            );
+            for n in 0..total {
+                let at = n as usize * CHUNK;
+                assert!(all[at..at + CHUNK] == chunk(n)[..], "chunk {n} is correct");
+            }
+            assert_eq!(epoch_of(&staging), epoch, "the lease epoch is unchanged");
+            assert_eq!(mount_id(&staging), stage_mount, "no new stage");
+
+            // An owner that does not answer: UNAVAILABLE within the bound, Probe not ready.
+            let nowhere =
+                FrontendProcess::spawn(&dir, "nowhere", &dir.join("absent.sock"), "node-a");
+            let channel = nowhere.channel().await;
+            let start = Instant::now();
+            let status = NodeClient::new(channel.clone())
+                .node_get_volume_stats(stats.clone())
+                .await
+                .unwrap_err();
+            assert_eq!(status.code(), Code::Unavailable, "{status:?}");
+            assert!(
+                start.elapsed() < Duration::from_secs(5),
+                "{:?}",
+                start.elapsed()
+            );
+            let probe = IdentityClient::new(channel).probe(ProbeRequest {}).await;
+            assert_eq!(probe.unwrap_err().code(), Code::Unavailable);
+
+            // An owner of another node: refused, never forwarded.
+            let miswired = FrontendProcess::spawn(&dir, "miswired", &owner_socket, "node-z");
+            let channel = miswired.channel().await;
+            let status = NodeClient::new(channel.clone())
+                .node_unpublish_volume(unpublish_request("vol-front", &target))
+                .await
+                .unwrap_err();
+            assert_eq!(status.code(), Code::Unavailable, "{status:?}");
+            assert!(status.message().contains("serves node"), "{status:?}");
+            assert!(target.join("stream").exists(), "nothing was unpublished");
+            assert!(
+                IdentityClient::new(channel)
+                    .probe(ProbeRequest {})
+                    .await
+                    .is_err()
+            );
+
+            client
+                .node_unpublish_volume(unpublish_request("vol-front", &target))
+                .await
+                .unwrap();
+            client
+                .node_unstage_volume(unstage_request(&stage))
+                .await
+                .unwrap();
+            assert!(mounts_under(&node.kubelet).is_empty());
+            drop((nowhere, miswired, frontend));
+            let _ = stop_owner.send(());
+            owner.await.unwrap().unwrap();
+        },
+    );
+}
