@@ -375,3 +375,94 @@ fn a_paused_owner_is_fenced_and_still_unpublishes_and_unstages() {
         },
     );
 }
+
+/// The owner process killed with SIGKILL while its volume is published: the target reports
+/// the dead connection (never a hang), a new owner process unpublishes and unstages within 5 s
+/// each, without a call that could touch the dead mount, and releases the lease with the epoch
+/// from the session record, so another node stages at once instead of waiting for expiry.
+#[test]
+fn a_killed_owner_leaves_a_dead_mount_that_a_new_owner_tears_down_at_once() {
+    privileged(
+        "a_killed_owner_leaves_a_dead_mount_that_a_new_owner_tears_down_at_once",
+        async || {
+            let cluster = Cluster::start("vol-dead", worker::AccessMode::Rwo).await;
+            let dir = cluster.dir.path().to_owned();
+            let node_a = cluster.node("node-a");
+            let stage = stage_request(
+                "vol-dead",
+                &node_a.staging("vol-dead"),
+                Mode::SingleNodeWriter,
+                cluster.context("rwo"),
+            );
+            let first = OwnerProcess::spawn(&dir, &cluster, "node-a", "none");
+            let mut client = first.client().await;
+            client.node_stage_volume(stage.clone()).await.unwrap();
+            let target = node_a.target("pod");
+            client
+                .node_publish_volume(publish_request(&stage, &target, false))
+                .await
+                .unwrap();
+            fs::write(target.join("file"), b"alive").unwrap();
+            drop(first);
+
+            // The dead connection answers at once, from a thread so a hang fails the test.
+            let probe = {
+                let file = target.join("file");
+                std::thread::spawn(move || fs::read(file).unwrap_err().raw_os_error())
+            };
+            let start = Instant::now();
+            while !probe.is_finished() {
+                assert!(
+                    start.elapsed() < Duration::from_secs(5),
+                    "a read of the dead mount hangs"
+                );
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            let errno = probe.join().unwrap();
+            assert!(
+                errno == Some(libc::ENOTCONN) || errno == Some(libc::ECONNABORTED),
+                "{errno:?}"
+            );
+
+            let second = OwnerProcess::spawn(&dir, &cluster, "node-a", "none");
+            let mut client = second.client().await;
+            let start = Instant::now();
+            client
+                .node_unpublish_volume(unpublish_request("vol-dead", &target))
+                .await
+                .unwrap();
+            assert!(
+                start.elapsed() < Duration::from_secs(5),
+                "unpublish {:?}",
+                start.elapsed()
+            );
+            let start = Instant::now();
+            client
+                .node_unstage_volume(unstage_request(&stage))
+                .await
+                .unwrap();
+            assert!(
+                start.elapsed() < Duration::from_secs(5),
+                "unstage {:?}",
+                start.elapsed()
+            );
+            assert!(mounts_under(&dir).is_empty(), "no mount left");
+
+            // Released with the record's epoch: another node stages at once.
+            let node_b = cluster.node("node-b");
+            let stage_b = stage_request(
+                "vol-dead",
+                &node_b.staging("vol-dead"),
+                Mode::SingleNodeWriter,
+                cluster.context("rwo"),
+            );
+            node_b.owner.stage(&stage_b).await.unwrap();
+            node_b
+                .owner
+                .unstage(&unstage_request(&stage_b))
+                .await
+                .unwrap();
+            drop(second);
+        },
+    );
+}
