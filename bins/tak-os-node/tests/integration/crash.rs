@@ -9,7 +9,6 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use csi_proto::v1::node_client::NodeClient;
@@ -77,19 +76,8 @@ fn child_owner_process() {
             );
         }
     });
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    runtime
-        .block_on(tak_os_node::run(
-            config,
-            Arc::new(mounter::LinuxMounter::new()),
-            Arc::new(tak_os_node::credentials::DirectorySource::new(credentials)),
-            std::future::pending(),
-        ))
-        .unwrap();
+    // The binary's own runtime: sized for --max-stages FUSE connections.
+    tak_os_node::serve(config).unwrap();
 }
 
 /// An owner process that is killed when the guard drops, so a failed assertion never leaves
@@ -463,6 +451,63 @@ fn a_killed_owner_leaves_a_dead_mount_that_a_new_owner_tears_down_at_once() {
                 .await
                 .unwrap();
             drop(second);
+        },
+    );
+}
+
+/// The owner process as the binary runs it (its runtime sized by --max-stages, its open-file
+/// limit raised) holds 600 stages, more than tokio's default 512 blocking threads that fuse3
+/// reads its connections on, and the last one staged and the first still serve.
+#[test]
+fn six_hundred_stages_in_one_owner_process_all_serve() {
+    privileged(
+        "six_hundred_stages_in_one_owner_process_all_serve",
+        async || {
+            const STAGES: usize = 600;
+            let cluster = Cluster::start_on_tmpfs("vol-s0", worker::AccessMode::Rwx).await;
+            let dir = cluster.dir.path().to_owned();
+            let node = cluster.node("node-a");
+            let owner = OwnerProcess::spawn(&dir, &cluster, "node-a", "none");
+            let mut client = owner.client().await;
+            let mut stages = Vec::with_capacity(STAGES);
+            for i in 0..STAGES {
+                let id = format!("vol-s{i}");
+                if i > 0 {
+                    cluster.add_volume(&id, worker::AccessMode::Rwx);
+                }
+                let req = stage_request(
+                    &id,
+                    &node.staging(&id),
+                    Mode::MultiNodeMultiWriter,
+                    cluster.context("rwx"),
+                );
+                client.node_stage_volume(req.clone()).await.unwrap();
+                stages.push(req);
+            }
+            for (n, req) in [(0, &stages[0]), (STAGES, &stages[STAGES - 1])] {
+                let target = node.target(&format!("pod-{n}"));
+                client
+                    .node_publish_volume(publish_request(req, &target, false))
+                    .await
+                    .unwrap();
+                fs::write(target.join("f"), format!("stage {n}")).unwrap();
+                assert_eq!(
+                    fs::read(target.join("f")).unwrap(),
+                    format!("stage {n}").as_bytes()
+                );
+                client
+                    .node_unpublish_volume(unpublish_request(&req.volume_id, &target))
+                    .await
+                    .unwrap();
+            }
+            for req in &stages {
+                client
+                    .node_unstage_volume(unstage_request(req))
+                    .await
+                    .unwrap();
+            }
+            assert!(mounts_under(&node.kubelet).is_empty(), "no mount left");
+            drop(owner);
         },
     );
 }

@@ -83,7 +83,25 @@ pub(crate) struct Cluster {
 
 impl Cluster {
     pub(crate) async fn start(volume_id: &str, mode: worker::AccessMode) -> Cluster {
+        Cluster::start_in(tempfile::tempdir().unwrap(), volume_id, mode).await
+    }
+
+    /// The same with everything (the worker's state included) on a tmpfs private to the test's
+    /// mount namespace, for tests that make hundreds of volumes (each costs the worker fsyncs).
+    pub(crate) async fn start_on_tmpfs(volume_id: &str, mode: worker::AccessMode) -> Cluster {
         let dir = tempfile::tempdir().unwrap();
+        rustix::mount::mount(
+            "tmpfs",
+            dir.path(),
+            "tmpfs",
+            rustix::mount::MountFlags::empty(),
+            c"mode=0755",
+        )
+        .unwrap();
+        Cluster::start_in(dir, volume_id, mode).await
+    }
+
+    async fn start_in(dir: TempDir, volume_id: &str, mode: worker::AccessMode) -> Cluster {
         let worker = WorkerVolume::start(
             dir.path(),
             volume_id,
@@ -93,9 +111,28 @@ impl Cluster {
         .await
         .unwrap();
         let credentials = dir.path().join("credentials");
-        let volume = credentials.join(volume_id);
+        let cluster = Cluster {
+            dir,
+            worker,
+            credentials,
+        };
+        cluster.write_credentials(volume_id);
+        cluster
+    }
+
+    /// Another volume on the same worker, with its credentials.
+    pub(crate) fn add_volume(&self, volume_id: &str, mode: worker::AccessMode) {
+        self.worker
+            .server()
+            .create_volume(&worker::testing::volume(volume_id, mode))
+            .unwrap();
+        self.write_credentials(volume_id);
+    }
+
+    fn write_credentials(&self, volume_id: &str) {
+        let volume = self.credentials.join(volume_id);
         fs::create_dir_all(&volume).unwrap();
-        let pki = worker.pki();
+        let pki = self.worker.pki();
         for (key, value) in [
             ("token", fusefs::testing::TOKEN),
             ("ca.crt", pki.ca_pem.as_str()),
@@ -103,11 +140,6 @@ impl Cluster {
             ("tls.key", pki.client_key.as_str()),
         ] {
             fs::write(volume.join(key), value).unwrap();
-        }
-        Cluster {
-            dir,
-            worker,
-            credentials,
         }
     }
 
