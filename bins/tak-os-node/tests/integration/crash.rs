@@ -7,8 +7,7 @@
 //! on a Unix socket; the test talks to them as kubelet does, over gRPC.
 
 use std::fs;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use csi_proto::v1::node_client::NodeClient;
@@ -18,7 +17,7 @@ use tak_os_node::owner::{Hook, StagePoint};
 use tonic::Code;
 
 use crate::support::{
-    Cluster, NAMESPACE, mounts_under, privileged, publish_request, stage_request,
+    Cluster, NAMESPACE, ServerProcess, mounts_under, privileged, publish_request, stage_request,
     unpublish_request, unstage_request,
 };
 
@@ -80,78 +79,30 @@ fn child_owner_process() {
     tak_os_node::serve(config).unwrap();
 }
 
-/// An owner process that is killed when the guard drops, so a failed assertion never leaves
-/// one running.
-struct OwnerProcess {
-    child: Child,
-    socket: PathBuf,
+/// An owner process: this binary re-executed as `child_owner_process`, dying at `die_at`.
+fn spawn_owner(dir: &Path, cluster: &Cluster, node: &str, die_at: &str) -> ServerProcess {
+    let socket = dir.join(format!("{node}-{die_at}.sock"));
+    let kubelet = dir.join(node).join("kubelet");
+    fs::create_dir_all(kubelet.join("plugins")).unwrap();
+    let spec = [
+        socket.display().to_string(),
+        kubelet.display().to_string(),
+        cluster.credentials.display().to_string(),
+        node.to_owned(),
+        die_at.to_owned(),
+    ];
+    ServerProcess::spawn(
+        "crash::child_owner_process",
+        CHILD_ENV,
+        &spec,
+        socket,
+        &dir.join("owners.log"),
+    )
 }
 
-impl OwnerProcess {
-    fn spawn(dir: &Path, cluster: &Cluster, node: &str, die_at: &str) -> OwnerProcess {
-        let socket = dir.join(format!("{node}-{die_at}.sock"));
-        let kubelet = dir.join(node).join("kubelet");
-        fs::create_dir_all(kubelet.join("plugins")).unwrap();
-        let spec = [
-            socket.display().to_string(),
-            kubelet.display().to_string(),
-            cluster.credentials.display().to_string(),
-            node.to_owned(),
-            die_at.to_owned(),
-        ]
-        .join("\n");
-        let log = fs::File::options()
-            .create(true)
-            .append(true)
-            .open(dir.join("owners.log"))
-            .unwrap();
-        // The child inherits this thread's private mount namespace.
-        let child = Command::new(std::env::current_exe().unwrap())
-            .args([
-                "--exact",
-                "crash::child_owner_process",
-                "--ignored",
-                "--nocapture",
-                "--test-threads",
-                "1",
-            ])
-            .env(CHILD_ENV, spec)
-            .env("TAK_OS_LOG_FORMAT", "text")
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .unwrap();
-        OwnerProcess { child, socket }
-    }
-
-    async fn client(&self) -> NodeClient<tonic::transport::Channel> {
-        let start = Instant::now();
-        loop {
-            if self.socket.exists()
-                && let Ok(channel) = csi_proto::connect_unix(&self.socket).await
-            {
-                return NodeClient::new(channel);
-            }
-            assert!(
-                start.elapsed() < Duration::from_secs(20),
-                "the owner process never answered"
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
-
-    /// Waits until the process has died on its own (its hook killed it).
-    fn died(mut self) {
-        let status = self.child.wait().unwrap();
-        assert!(!status.success(), "the owner process was killed: {status}");
-    }
-}
-
-impl Drop for OwnerProcess {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// A Node client of an owner process.
+async fn client_of(owner: &ServerProcess) -> NodeClient<tonic::transport::Channel> {
+    NodeClient::new(owner.channel().await)
 }
 
 /// Kills an owner process right after `point` of an RWO stage, then retries with a new one.
@@ -168,14 +119,14 @@ fn crash_at(test: &'static str, point: &'static str) {
             cluster.context("rwo"),
         );
 
-        let first = OwnerProcess::spawn(&dir, &cluster, "node-a", point);
-        let mut client = first.client().await;
+        let first = spawn_owner(&dir, &cluster, "node-a", point);
+        let mut client = client_of(&first).await;
         let refused = client.node_stage_volume(stage.clone()).await;
         assert!(refused.is_err(), "the owner died in the middle of the call");
         first.died();
 
-        let second = OwnerProcess::spawn(&dir, &cluster, "node-a", "none");
-        let mut client = second.client().await;
+        let second = spawn_owner(&dir, &cluster, "node-a", "none");
+        let mut client = client_of(&second).await;
         match client.node_stage_volume(stage.clone()).await {
             Ok(_) => {}
             Err(status) if point == "completed" => {
@@ -289,8 +240,8 @@ fn a_paused_owner_is_fenced_and_still_unpublishes_and_unstages() {
                 Mode::SingleNodeWriter,
                 cluster.context("rwo"),
             );
-            let owner_a = OwnerProcess::spawn(&dir, &cluster, "node-a", "none");
-            let mut client = owner_a.client().await;
+            let owner_a = spawn_owner(&dir, &cluster, "node-a", "none");
+            let mut client = client_of(&owner_a).await;
             client.node_stage_volume(stage_a.clone()).await.unwrap();
             let target = node_a.target("pod-a");
             client
@@ -382,8 +333,8 @@ fn a_killed_owner_leaves_a_dead_mount_that_a_new_owner_tears_down_at_once() {
                 Mode::SingleNodeWriter,
                 cluster.context("rwo"),
             );
-            let first = OwnerProcess::spawn(&dir, &cluster, "node-a", "none");
-            let mut client = first.client().await;
+            let first = spawn_owner(&dir, &cluster, "node-a", "none");
+            let mut client = client_of(&first).await;
             client.node_stage_volume(stage.clone()).await.unwrap();
             let target = node_a.target("pod");
             client
@@ -412,8 +363,8 @@ fn a_killed_owner_leaves_a_dead_mount_that_a_new_owner_tears_down_at_once() {
                 "{errno:?}"
             );
 
-            let second = OwnerProcess::spawn(&dir, &cluster, "node-a", "none");
-            let mut client = second.client().await;
+            let second = spawn_owner(&dir, &cluster, "node-a", "none");
+            let mut client = client_of(&second).await;
             let start = Instant::now();
             client
                 .node_unpublish_volume(unpublish_request("vol-dead", &target))
@@ -467,8 +418,8 @@ fn six_hundred_stages_in_one_owner_process_all_serve() {
             let cluster = Cluster::start_on_tmpfs("vol-s0", worker::AccessMode::Rwx).await;
             let dir = cluster.dir.path().to_owned();
             let node = cluster.node("node-a");
-            let owner = OwnerProcess::spawn(&dir, &cluster, "node-a", "none");
-            let mut client = owner.client().await;
+            let owner = spawn_owner(&dir, &cluster, "node-a", "none");
+            let mut client = client_of(&owner).await;
             let mut stages = Vec::with_capacity(STAGES);
             for i in 0..STAGES {
                 let id = format!("vol-s{i}");

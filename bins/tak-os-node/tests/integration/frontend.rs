@@ -9,8 +9,7 @@
 
 use std::fs;
 use std::os::unix::fs::FileExt as _;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command};
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -23,7 +22,7 @@ use tak_os_node::config::Cli;
 use tonic::Code;
 
 use crate::support::{
-    Cluster, NAMESPACE, mounts_under, privileged, publish_request, stage_request,
+    Cluster, NAMESPACE, ServerProcess, mounts_under, privileged, publish_request, stage_request,
     unpublish_request, unstage_request,
 };
 
@@ -69,72 +68,22 @@ fn child_frontend_process() {
         .unwrap();
 }
 
-/// A frontend process, killed when the guard drops.
-struct FrontendProcess {
-    child: Child,
-    socket: PathBuf,
-}
-
-impl FrontendProcess {
-    fn spawn(dir: &Path, name: &str, owner: &Path, node: &str) -> FrontendProcess {
-        let socket = dir.join(format!("{name}.sock"));
-        let _ = fs::remove_file(&socket);
-        let spec = [
-            socket.display().to_string(),
-            owner.display().to_string(),
-            node.to_owned(),
-        ]
-        .join("\n");
-        let log = fs::File::options()
-            .create(true)
-            .append(true)
-            .open(dir.join("frontends.log"))
-            .unwrap();
-        let child = Command::new(std::env::current_exe().unwrap())
-            .args([
-                "--exact",
-                "frontend::child_frontend_process",
-                "--ignored",
-                "--nocapture",
-                "--test-threads",
-                "1",
-            ])
-            .env(CHILD_ENV, spec)
-            .env("TAK_OS_LOG_FORMAT", "text")
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .unwrap();
-        FrontendProcess { child, socket }
-    }
-
-    async fn channel(&self) -> tonic::transport::Channel {
-        let start = Instant::now();
-        loop {
-            if self.socket.exists()
-                && let Ok(channel) = csi_proto::connect_unix(&self.socket).await
-            {
-                return channel;
-            }
-            assert!(
-                start.elapsed() < Duration::from_secs(20),
-                "the frontend never answered"
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
-
-    fn kill(mut self) {
-        self.child.kill().unwrap();
-        self.child.wait().unwrap();
-    }
-}
-
-impl Drop for FrontendProcess {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// A frontend process: this binary re-executed as `child_frontend_process`.
+fn spawn_frontend(dir: &Path, name: &str, owner: &Path, node: &str) -> ServerProcess {
+    let socket = dir.join(format!("{name}.sock"));
+    let _ = fs::remove_file(&socket);
+    let spec = [
+        socket.display().to_string(),
+        owner.display().to_string(),
+        node.to_owned(),
+    ];
+    ServerProcess::spawn(
+        "frontend::child_frontend_process",
+        CHILD_ENV,
+        &spec,
+        socket,
+        &dir.join("frontends.log"),
+    )
 }
 
 /// The epoch in the RWO session record beside `staging`.
@@ -201,7 +150,7 @@ fn the_frontend_restarts_under_io_without_breaking_a_mount() {
                 },
             ));
 
-            let mut frontend = FrontendProcess::spawn(&dir, "csi", &owner_socket, "node-a");
+            let mut frontend = spawn_frontend(&dir, "csi", &owner_socket, "node-a");
             let mut client = NodeClient::new(frontend.channel().await);
             let staging = node.staging("vol-front");
             let stage = stage_request(
@@ -292,7 +241,7 @@ fn the_frontend_restarts_under_io_without_breaking_a_mount() {
                     "round {round}: the frontend is down"
                 );
                 progress().await;
-                frontend = FrontendProcess::spawn(&dir, "csi", &owner_socket, "node-a");
+                frontend = spawn_frontend(&dir, "csi", &owner_socket, "node-a");
                 client = NodeClient::new(frontend.channel().await);
                 let answer = client.node_get_volume_stats(stats.clone()).await.unwrap();
                 assert!(!answer.into_inner().volume_condition.unwrap().abnormal);
@@ -320,8 +269,7 @@ fn the_frontend_restarts_under_io_without_breaking_a_mount() {
             assert_eq!(mount_id(&staging), stage_mount, "no new stage");
 
             // An owner that does not answer: UNAVAILABLE within the bound, Probe not ready.
-            let nowhere =
-                FrontendProcess::spawn(&dir, "nowhere", &dir.join("absent.sock"), "node-a");
+            let nowhere = spawn_frontend(&dir, "nowhere", &dir.join("absent.sock"), "node-a");
             let channel = nowhere.channel().await;
             let start = Instant::now();
             let status = NodeClient::new(channel.clone())
@@ -338,7 +286,7 @@ fn the_frontend_restarts_under_io_without_breaking_a_mount() {
             assert_eq!(probe.unwrap_err().code(), Code::Unavailable);
 
             // An owner of another node: refused, never forwarded.
-            let miswired = FrontendProcess::spawn(&dir, "miswired", &owner_socket, "node-z");
+            let miswired = spawn_frontend(&dir, "miswired", &owner_socket, "node-z");
             let channel = miswired.channel().await;
             let status = NodeClient::new(channel.clone())
                 .node_unpublish_volume(unpublish_request("vol-front", &target))

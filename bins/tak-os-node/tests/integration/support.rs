@@ -262,3 +262,81 @@ pub(crate) fn privileged(test: &str, body: impl AsyncFnOnce()) {
             .expect("the test finished within two minutes");
     });
 }
+
+/// A server process that is this test binary re-executed to run one `#[ignore]`d helper test
+/// (`helper`, which reads its instructions from the variable `env`), serving CSI on `socket`.
+/// Killed when dropped, so a failed assertion never leaves one running; the child inherits the
+/// calling thread's private mount namespace.
+pub(crate) struct ServerProcess {
+    pub(crate) child: std::process::Child,
+    pub(crate) socket: PathBuf,
+}
+
+impl ServerProcess {
+    pub(crate) fn spawn(
+        helper: &str,
+        env: &str,
+        spec: &[String],
+        socket: PathBuf,
+        log: &Path,
+    ) -> ServerProcess {
+        let log = fs::File::options()
+            .create(true)
+            .append(true)
+            .open(log)
+            .unwrap();
+        let child = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                helper,
+                "--ignored",
+                "--nocapture",
+                "--test-threads",
+                "1",
+            ])
+            .env(env, spec.join("\n"))
+            .env("TAK_OS_LOG_FORMAT", "text")
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        ServerProcess { child, socket }
+    }
+
+    /// A channel to the process's socket, once it answers (at most 20 s).
+    pub(crate) async fn channel(&self) -> tonic::transport::Channel {
+        let start = std::time::Instant::now();
+        loop {
+            if self.socket.exists()
+                && let Ok(channel) = csi_proto::connect_unix(&self.socket).await
+            {
+                return channel;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(20),
+                "the process at {:?} never answered",
+                self.socket
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Kills the process and waits for it.
+    pub(crate) fn kill(mut self) {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+    }
+
+    /// Waits until the process has died on its own (a hook killed it).
+    pub(crate) fn died(mut self) {
+        let status = self.child.wait().unwrap();
+        assert!(!status.success(), "the process was killed: {status}");
+    }
+}
+
+impl Drop for ServerProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
