@@ -131,6 +131,7 @@ fn the_frontend_restarts_under_io_without_breaking_a_mount() {
                 &cluster.credentials.display().to_string(),
                 "--credential-namespace",
                 NAMESPACE,
+                // The worker's lease is a tenth of the default (9 s): renew every 2 s.
                 "--lease-seconds",
                 "9",
                 "--lease-renew-seconds",
@@ -171,46 +172,55 @@ fn the_frontend_restarts_under_io_without_breaking_a_mount() {
             // A writer of a verified stream, and a reader that checks what is there so far.
             let stop = Arc::new(AtomicBool::new(false));
             let written = Arc::new(AtomicU64::new(0));
+            let failure = Arc::new(std::sync::Mutex::new(None::<String>));
             let file = target.join("stream");
             fs::write(&file, b"").unwrap();
             let writer = std::thread::spawn({
                 let (stop, written, file) = (stop.clone(), written.clone(), file.clone());
+                let failure = failure.clone();
                 move || -> Result<(), String> {
-                    let out = fs::OpenOptions::new()
-                        .write(true)
-                        .open(&file)
-                        .map_err(|e| e.to_string())?;
-                    let mut n = 0u64;
-                    while !stop.load(Ordering::SeqCst) {
-                        out.write_all_at(&chunk(n), n * CHUNK as u64)
-                            .map_err(|e| format!("write {n}: {e}"))?;
-                        n += 1;
-                        written.store(n, Ordering::SeqCst);
-                    }
-                    Ok(())
+                    let run = || -> Result<(), String> {
+                        let out = fs::OpenOptions::new()
+                            .write(true)
+                            .open(&file)
+                            .map_err(|e| e.to_string())?;
+                        let mut n = 0u64;
+                        while !stop.load(Ordering::SeqCst) {
+                            out.write_all_at(&chunk(n), n * CHUNK as u64)
+                                .map_err(|e| format!("write {n}: {e}"))?;
+                            n += 1;
+                            written.store(n, Ordering::SeqCst);
+                        }
+                        Ok(())
+                    };
+                    run().inspect_err(|e| *failure.lock().unwrap() = Some(e.clone()))
                 }
             });
             let reader = std::thread::spawn({
                 let (stop, written, file) = (stop.clone(), written.clone(), file.clone());
+                let failure = failure.clone();
                 move || -> Result<u64, String> {
-                    let input = fs::File::open(&file).map_err(|e| e.to_string())?;
-                    let mut checked = 0u64;
-                    let mut buf = vec![0u8; CHUNK];
-                    while !stop.load(Ordering::SeqCst) {
-                        let n = written.load(Ordering::SeqCst);
-                        if checked >= n {
-                            std::thread::sleep(Duration::from_millis(1));
-                            continue;
+                    let run = || -> Result<u64, String> {
+                        let input = fs::File::open(&file).map_err(|e| e.to_string())?;
+                        let mut checked = 0u64;
+                        let mut buf = vec![0u8; CHUNK];
+                        while !stop.load(Ordering::SeqCst) {
+                            let n = written.load(Ordering::SeqCst);
+                            if checked >= n {
+                                std::thread::sleep(Duration::from_millis(1));
+                                continue;
+                            }
+                            input
+                                .read_exact_at(&mut buf, checked * CHUNK as u64)
+                                .map_err(|e| format!("read {checked}: {e}"))?;
+                            if buf != chunk(checked) {
+                                return Err(format!("chunk {checked} read back wrong"));
+                            }
+                            checked += 1;
                         }
-                        input
-                            .read_exact_at(&mut buf, checked * CHUNK as u64)
-                            .map_err(|e| format!("read {checked}: {e}"))?;
-                        if buf != chunk(checked) {
-                            return Err(format!("chunk {checked} read back wrong"));
-                        }
-                        checked += 1;
-                    }
-                    Ok(checked)
+                        Ok(checked)
+                    };
+                    run().inspect_err(|e| *failure.lock().unwrap() = Some(e.clone()))
                 }
             });
             let progress = async || {
@@ -219,7 +229,8 @@ fn the_frontend_restarts_under_io_without_breaking_a_mount() {
                 while written.load(Ordering::SeqCst) < from + 50 {
                     assert!(
                         !writer.is_finished() && !reader.is_finished(),
-                        "the I/O stopped"
+                        "the I/O stopped: {:?}",
+                        failure.lock().unwrap()
                     );
                     assert!(start.elapsed() < Duration::from_secs(20), "no I/O progress");
                     tokio::time::sleep(Duration::from_millis(5)).await;

@@ -590,7 +590,8 @@ fn modes_owners_times_and_umask() {
         fs::metadata(root.join("masked-dir")).unwrap().mode() & 0o7777,
         0o750
     );
-    // Device nodes and sockets are made by root and are the kernel's to open.
+    // Device nodes and sockets are made by root and stored as made; the mount is `nodev`, so
+    // the kernel refuses to open a device node on it.
     rustix::fs::mknodat(
         CWD,
         root.join("null"),
@@ -599,7 +600,13 @@ fn modes_owners_times_and_umask() {
         rustix::fs::makedev(1, 3),
     )
     .unwrap();
-    fs::write(root.join("null"), b"into /dev/null").unwrap();
+    assert_eq!(
+        fs::write(root.join("null"), b"into /dev/null")
+            .unwrap_err()
+            .raw_os_error(),
+        Some(libc::EACCES),
+        "a device node on a nodev mount"
+    );
     assert_eq!(
         fs::metadata(root.join("null")).unwrap().rdev(),
         rustix::fs::makedev(1, 3)
