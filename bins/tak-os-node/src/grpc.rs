@@ -205,17 +205,10 @@ impl Node for NodeService {
 /// NodeGetCapabilities' answer.
 fn node_capabilities() -> NodeGetCapabilitiesResponse {
     use node_service_capability::rpc::Type;
-    let rpc = |t: Type| NodeServiceCapability {
-        r#type: Some(node_service_capability::Type::Rpc(
-            node_service_capability::Rpc { r#type: t as i32 },
-        )),
-    };
-    NodeGetCapabilitiesResponse {
-        capabilities: vec![
-            rpc(Type::StageUnstageVolume),
-            rpc(Type::GetVolumeStats),
-            rpc(Type::VolumeCondition),
-            rpc(Type::SingleNodeMultiWriter),
-        ],
-    }
+    csi_proto::node_capabilities(&[
+        Type::StageUnstageVolume,
+        Type::GetVolumeStats,
+        Type::VolumeCondition,
+        Type::SingleNodeMultiWriter,
+    ])
 }

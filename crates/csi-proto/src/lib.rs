@@ -74,6 +74,21 @@ pub use endpoint::{MAX_SOCKET_PATH_LEN, UnixEndpoint};
 pub use error::{EndpointProblem, Error, FileKind};
 pub use socket::{bind_unix, connect_unix, connect_unix_lazy, serve_on, serve_unix};
 
+/// NodeGetCapabilities' answer: the node service RPC capabilities `types`, in order.
+pub fn node_capabilities(
+    types: &[v1::node_service_capability::rpc::Type],
+) -> v1::NodeGetCapabilitiesResponse {
+    use v1::node_service_capability::{Rpc, Type};
+    v1::NodeGetCapabilitiesResponse {
+        capabilities: types
+            .iter()
+            .map(|t| v1::NodeServiceCapability {
+                r#type: Some(Type::Rpc(Rpc { r#type: *t as i32 })),
+            })
+            .collect(),
+    }
+}
+
 /// A bounded name for a gRPC status code, for log fields and metric labels: the code's name
 /// in lower case (`ok`, `invalid_argument`, `failed_precondition`).
 pub fn code_name(code: tonic::Code) -> &'static str {

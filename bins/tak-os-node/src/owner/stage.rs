@@ -242,6 +242,28 @@ impl Owner {
                 found: describe(&found.identity),
             });
         }
+        // The path itself must be a directory, not a symlink to one (which the read below and
+        // the mount would follow, possibly into a dead FUSE mount): asked without following it
+        // and without syncing with a filesystem there.
+        let kind = target.kind().map_err(|source| Error::Mounter {
+            volume_id: volume_id.to_owned(),
+            source,
+        })?;
+        if kind != mounter::TargetKind::Directory {
+            return Err(Error::Path {
+                field: "staging_target_path",
+                source: match kind {
+                    mounter::TargetKind::Symlink => mounter::Error::SymlinkInPath {
+                        path: target.path().to_owned(),
+                    },
+                    mounter::TargetKind::Absent
+                    | mounter::TargetKind::Directory
+                    | mounter::TargetKind::Other => mounter::Error::NotADirectory {
+                        path: target.path().to_owned(),
+                    },
+                },
+            });
+        }
         // Nothing is mounted there, so reading the directory asks no FUSE daemon.
         let mut entries = std::fs::read_dir(target.path()).map_err(|source| Error::Mounter {
             volume_id: volume_id.to_owned(),

@@ -341,6 +341,25 @@ fn refusals_change_nothing() {
                 .collect();
             assert_eq!(records, ["globalmount"], "{what}: no record left behind");
         }
+        // A staging path that is itself a symlink is never followed (it might lead into a dead
+        // FUSE mount): refused before anything is read or written.
+        let linked_parent = node.kubelet.join("plugins/csi/vol-linked");
+        fs::create_dir_all(&linked_parent).unwrap();
+        std::os::unix::fs::symlink(&outside, linked_parent.join("globalmount")).unwrap();
+        let linked = with(&|r| {
+            r.staging_target_path = linked_parent.join("globalmount").display().to_string();
+        });
+        assert_eq!(
+            code_of(node.owner.stage(&linked).await),
+            Code::InvalidArgument,
+            "a symlink as the staging path"
+        );
+        let left: Vec<_> = fs::read_dir(&linked_parent)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(left, ["globalmount"], "no record beside the symlink");
+        assert_eq!(mounts_under(cluster.dir.path()), before);
         // A non-empty staging directory and a foreign mount at it are never a stage.
         fs::write(staging.join("stray"), b"").unwrap();
         assert_eq!(code_of(node.owner.stage(&good).await), Code::AlreadyExists);
