@@ -151,6 +151,16 @@ fn the_frontend_restarts_under_io_without_breaking_a_mount() {
                 },
             ));
 
+            // The owner task binds its socket when it first runs: wait for it, so that the
+            // first forwarded call does not race the owner's start (kubelet would retry).
+            let start = Instant::now();
+            while !owner_socket.exists() {
+                assert!(
+                    start.elapsed() < Duration::from_secs(20),
+                    "the owner never listened"
+                );
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
             let mut frontend = spawn_frontend(&dir, "csi", &owner_socket, "node-a");
             let mut client = NodeClient::new(frontend.channel().await);
             let staging = node.staging("vol-front");
