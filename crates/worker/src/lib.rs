@@ -25,13 +25,21 @@
 //!   or NO_QUORUM while they cannot reach it.
 //! - **Faults on demand** ([`Faults`]): dropped or delayed replies, a hanging endpoint,
 //!   minority refusal, and a restart that reloads every volume from disk.
+//! - **Volumes created and deleted** by the manager's stand-in: in-process through a cloneable
+//!   [`Admin`] handle ([`Server::admin`]), or over HTTPS ([`ADMIN_VOLUMES_PATH`],
+//!   [`ADMIN_DELETE_VOLUME_PATH`]). Creates and deletes of a leader are serialized. A delete
+//!   takes the volume out of service at once (new calls get UNKNOWN_VOLUME, queued ones are
+//!   refused, none hangs), stops its apply loop, then moves its directory into a trash
+//!   directory by one rename and removes it there: a crash leaves the volume whole or a trash
+//!   entry that the next start removes. A later create of the same ID starts empty.
 //!
 //! All of it is served over HTTPS (TLS 1.3 with rustls and `ring`, client certificates from a
 //! configured CA, bearer tokens compared in constant time, bodies limited while they are read).
 //!
 //! What it does not do: replicate (there is one copy, on the leader's disk), forward calls from
 //! followers, keep open handles or the reply cache across a restart, or manage volumes beyond
-//! creating them (the admin call stands in for the manager). Opening files by handle (the
+//! creating and deleting them (no resizing, snapshots, capacity limits or listing: the admin
+//! calls stand in for the manager, which owns the rest). Opening files by handle (the
 //! default, [`Reopen::ByHandle`]) needs `CAP_DAC_READ_SEARCH`; both ways need a filesystem
 //! that supports file handles (ext4, xfs, btrfs, tmpfs).
 //!
@@ -62,6 +70,7 @@
 
 #![deny(missing_docs)]
 
+mod admin;
 mod auth;
 mod clock;
 mod config;
@@ -81,11 +90,13 @@ pub mod testing;
 mod tls;
 mod volume;
 
+pub use admin::{Admin, Deleted};
 pub use auth::Tokens;
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use config::{AccessMode, Config, Reopen, Role, Timings, VolumeSpec};
 pub use error::Error;
 pub use faults::{Arrival, FaultSettings, Faults};
 pub use inode::{ROOT_GENERATION, ROOT_INO};
-pub use server::{ADMIN_FAULTS_PATH, ADMIN_VOLUMES_PATH, Server, run};
+pub use meta::validate_volume_id;
+pub use server::{ADMIN_DELETE_VOLUME_PATH, ADMIN_FAULTS_PATH, ADMIN_VOLUMES_PATH, Server, run};
 pub use tls::TlsMaterial;

@@ -6,6 +6,8 @@
 //!   checkpoint.json   lease state, next inode generation and inode table, as of a compaction
 //!   journal.jsonl     one JSON record per line, appended and fsynced since that checkpoint
 //!   data/             the volume's files
+//! <state-dir>/trash/<volume-id>.<random>/
+//!                     a deleted volume's directory, moved here whole by one rename
 //! ```
 //!
 //! Recovery reads the checkpoint and replays the journal over it. Every record is a whole value
@@ -16,11 +18,13 @@
 //! corruption and stops the volume from opening.
 
 use std::collections::HashMap;
+use std::ffi::{OsStr, OsString};
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read as _, Write as _};
 use std::os::fd::AsFd as _;
 use std::path::{Path, PathBuf};
 
+use rustix::fs::AtFlags;
 use serde::{Deserialize, Serialize};
 
 use crate::error::Error;
@@ -36,6 +40,10 @@ const CHECKPOINT: &str = "checkpoint.json";
 const JOURNAL: &str = "journal.jsonl";
 /// The directory below a volume's metadata that holds its files.
 pub(crate) const DATA: &str = "data";
+/// The directory below the state directory that holds one directory per volume.
+pub(crate) const VOLUMES: &str = "volumes";
+/// The directory below the state directory where deleted volumes wait to be removed.
+pub(crate) const TRASH: &str = "trash";
 
 #[derive(Serialize, Deserialize)]
 struct IdentityFile {
@@ -125,7 +133,7 @@ pub(crate) struct MetaStore {
 
 /// Checks that a volume ID can name a directory: 1 to 128 bytes of `[A-Za-z0-9._-]`, not
 /// starting with a dot.
-pub(crate) fn validate_volume_id(volume_id: &str) -> Result<(), Error> {
+pub fn validate_volume_id(volume_id: &str) -> Result<(), Error> {
     let invalid = |reason| Error::InvalidVolumeId {
         volume_id: volume_id.to_owned(),
         reason,
@@ -149,7 +157,7 @@ pub(crate) fn validate_volume_id(volume_id: &str) -> Result<(), Error> {
 
 /// The metadata directory of a volume.
 pub(crate) fn volume_dir(state_dir: &Path, volume_id: &str) -> PathBuf {
-    state_dir.join("volumes").join(volume_id)
+    state_dir.join(VOLUMES).join(volume_id)
 }
 
 /// The identity stored for the volume in `dir`, if it has been created.
@@ -343,18 +351,103 @@ fn parse_journal(text: &[u8]) -> Result<(Vec<Record>, usize), String> {
     Ok((records, offset))
 }
 
+/// Moves the volume's directory, whole, into the trash by one rename, and makes the move
+/// durable in both directories. Returns the name of the trash entry, or `None` when the volume
+/// has no directory. A crash before the rename leaves the volume as it was; one after it
+/// leaves a trash entry that [`purge_trash`] removes.
+pub(crate) fn move_to_trash(state_dir: &Path, volume_id: &str) -> Result<Option<OsString>, Error> {
+    let volumes_path = state_dir.join(VOLUMES);
+    let Some(volumes) = open_dir_if_exists(&volumes_path)? else {
+        return Ok(None);
+    };
+    match rustix::fs::statat(&volumes, volume_id, AtFlags::SYMLINK_NOFOLLOW) {
+        Ok(_) => {}
+        Err(rustix::io::Errno::NOENT) => return Ok(None),
+        Err(e) => return Err(Error::io("inspect", volumes_path.join(volume_id), e.into())),
+    }
+    let trash_path = state_dir.join(TRASH);
+    match std::fs::create_dir(&trash_path) {
+        Ok(()) => sync_dir(state_dir)?,
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(Error::io("create", &trash_path, e)),
+    }
+    let trash = open_dir(&trash_path)?;
+    let mut suffix = [0u8; 8];
+    rustix::rand::getrandom(&mut suffix, rustix::rand::GetRandomFlags::empty())
+        .map_err(|e| Error::io("draw a trash name for", &trash_path, e.into()))?;
+    let name = OsString::from(format!("{volume_id}.{}", crate::hex::encode(&suffix)));
+    rustix::fs::renameat_with(
+        &volumes,
+        volume_id,
+        &trash,
+        &name,
+        rustix::fs::RenameFlags::NOREPLACE,
+    )
+    .map_err(|e| Error::io("move to the trash", volumes_path.join(volume_id), e.into()))?;
+    durable::sync_dir(volumes.as_fd(), volume_id)
+        .map_err(|e| Error::io(e.action(), &volumes_path, e.into_io_error()))?;
+    durable::sync_dir(trash.as_fd(), &name)
+        .map_err(|e| Error::io(e.action(), &trash_path, e.into_io_error()))?;
+    Ok(Some(name))
+}
+
+/// Removes one entry of the trash with everything below it (symbolic links are removed, never
+/// followed).
+pub(crate) fn remove_from_trash(state_dir: &Path, name: &OsStr) -> Result<(), Error> {
+    let path = state_dir.join(TRASH).join(name);
+    let is_dir = match std::fs::symlink_metadata(&path) {
+        Ok(metadata) => metadata.is_dir(),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(Error::io("inspect", path, e)),
+    };
+    let removed = if is_dir {
+        std::fs::remove_dir_all(&path)
+    } else {
+        std::fs::remove_file(&path)
+    };
+    removed.map_err(|e| Error::io("remove", path, e))
+}
+
+/// Empties the trash: what a delete that crashed after its rename left behind. Returns the
+/// names it removed.
+pub(crate) fn purge_trash(state_dir: &Path) -> Result<Vec<OsString>, Error> {
+    let trash_path = state_dir.join(TRASH);
+    let entries = match std::fs::read_dir(&trash_path) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(Error::io("list", trash_path, e)),
+    };
+    let mut removed = Vec::new();
+    for entry in entries {
+        let name = entry
+            .map_err(|e| Error::io("list", &trash_path, e))?
+            .file_name();
+        remove_from_trash(state_dir, &name)?;
+        removed.push(name);
+    }
+    Ok(removed)
+}
+
 /// The directory `dir`, opened to write in it without following a symbolic link at its name.
 fn open_dir(dir: &Path) -> Result<File, Error> {
-    rustix::fs::open(
+    open_dir_if_exists(dir)?
+        .ok_or_else(|| Error::io("open", dir, io::Error::from(io::ErrorKind::NotFound)))
+}
+
+/// [`open_dir`], or `None` when there is nothing at `dir`.
+fn open_dir_if_exists(dir: &Path) -> Result<Option<File>, Error> {
+    match rustix::fs::open(
         dir,
         rustix::fs::OFlags::RDONLY
             | rustix::fs::OFlags::DIRECTORY
             | rustix::fs::OFlags::NOFOLLOW
             | rustix::fs::OFlags::CLOEXEC,
         rustix::fs::Mode::empty(),
-    )
-    .map(File::from)
-    .map_err(|e| Error::io("open", dir, e.into()))
+    ) {
+        Ok(fd) => Ok(Some(File::from(fd))),
+        Err(rustix::io::Errno::NOENT) => Ok(None),
+        Err(e) => Err(Error::io("open", dir, e.into())),
+    }
 }
 
 /// Writes a metadata file atomically and durably through the `durable` crate (temp file,

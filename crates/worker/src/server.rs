@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 
 use bytes::Bytes;
 use http_body_util::{BodyExt as _, Full, Limited};
@@ -18,6 +18,7 @@ use worker_proto::v1;
 use worker_proto::{CALL_PATH, CONTENT_TYPE, MAX_MESSAGE_BYTES, decode_request};
 
 use crate::VolumeSpec;
+use crate::admin::{self, Admin, Deleted};
 use crate::auth::Tokens;
 use crate::clock::Clock;
 use crate::config::{Config, Role};
@@ -29,29 +30,52 @@ use crate::volume::{self, Command, Volume, VolumeOptions, error_result, reply_by
 
 /// The admin path that creates a volume (JSON [`VolumeSpec`]).
 pub const ADMIN_VOLUMES_PATH: &str = "/takos.worker.v1/admin/volumes";
+/// The admin path that deletes a volume (JSON `{"volume_id": "..."}`); see
+/// [`Admin::delete_volume`].
+pub const ADMIN_DELETE_VOLUME_PATH: &str = "/takos.worker.v1/admin/volumes/delete";
 /// The admin path that sets faults (JSON [`FaultSettings`]).
 pub const ADMIN_FAULTS_PATH: &str = "/takos.worker.v1/admin/faults";
 /// The largest admin request body.
 const ADMIN_BODY_MAX: usize = 64 << 10;
 
-struct Registered {
-    spec: VolumeSpec,
-    tx: mpsc::Sender<Command>,
+pub(crate) struct Registered {
+    pub(crate) spec: VolumeSpec,
+    pub(crate) tx: mpsc::Sender<Command>,
 }
 
-struct Shared {
-    config: Config,
+pub(crate) struct Shared {
+    pub(crate) config: Config,
     tokens: Tokens,
     faults: Faults,
     clock: Arc<dyn Clock>,
-    volumes: RwLock<HashMap<String, Registered>>,
+    pub(crate) volumes: RwLock<HashMap<String, Registered>>,
+    /// Held by every create and delete for its whole length (see the `admin` module).
+    pub(crate) admin: Mutex<()>,
+    /// Set once the server stops; from then on no volume is registered.
+    stopped: AtomicBool,
     leader_reachable: AtomicBool,
+}
+
+impl Shared {
+    pub(crate) fn is_stopped(&self) -> bool {
+        self.stopped.load(Ordering::SeqCst)
+    }
+
+    /// Empties the registry for good: every apply loop ends with its last sender.
+    fn shut_down(&self) {
+        self.stopped.store(true, Ordering::SeqCst);
+        self.volumes
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clear();
+    }
 }
 
 /// A running worker endpoint (leader or follower) on the current tokio runtime.
 ///
 /// Dropping it without [`Server::stop`] also stops it: the accept loop ends when the handle
-/// goes away, and every volume's apply loop ends with the last request sender.
+/// goes away, and every volume's apply loop ends with the last request sender. An [`Admin`]
+/// handle that outlives the server manages nothing any more.
 pub struct Server {
     shared: Arc<Shared>,
     local_addr: SocketAddr,
@@ -86,12 +110,14 @@ impl Server {
             faults: Faults::default(),
             clock,
             volumes: RwLock::new(HashMap::new()),
+            admin: Mutex::new(()),
+            stopped: AtomicBool::new(false),
             leader_reachable: AtomicBool::new(false),
         });
         if shared.config.role == Role::Leader {
             open_existing(&shared)?;
             for spec in shared.config.volumes.clone() {
-                create_volume(&shared, &spec)?;
+                admin::create_volume(&shared, &spec)?;
             }
         }
         let listener = TcpListener::bind(shared.config.listen)
@@ -139,9 +165,15 @@ impl Server {
         &self.shared.tokens
     }
 
-    /// Creates a volume, or checks that an existing one has this identity (leader only).
+    /// Creates a volume, or checks that an existing one has this identity (leader only); the
+    /// same as [`Admin::create_volume`].
     pub fn create_volume(&self, spec: &VolumeSpec) -> Result<(), Error> {
-        create_volume(&self.shared, spec)
+        admin::create_volume(&self.shared, spec)
+    }
+
+    /// A handle for creating and deleting this leader's volumes, for use in-process.
+    pub fn admin(&self) -> Admin {
+        Admin::new(Arc::clone(&self.shared))
     }
 
     /// Reloads every volume from disk, as a restarted worker would: open handles and reply
@@ -152,17 +184,27 @@ impl Server {
 
     /// The lease state of a volume as its apply loop holds it now.
     pub async fn lease(&self, volume_id: &str) -> Result<LeaseState, Error> {
-        let tx = sender(&self.shared, volume_id).ok_or_else(|| Error::UnknownVolume {
-            volume_id: volume_id.to_owned(),
-        })?;
-        let stopped = || Error::Stopped {
+        let unknown = || Error::UnknownVolume {
             volume_id: volume_id.to_owned(),
         };
+        let tx = sender(&self.shared, volume_id).ok_or_else(unknown)?;
+        let stopped = || {
+            if registered_as(&self.shared, volume_id, &tx) {
+                Error::Stopped {
+                    volume_id: volume_id.to_owned(),
+                }
+            } else {
+                unknown()
+            }
+        };
         let (reply, answer) = oneshot::channel();
-        tx.send(Command::Inspect { reply })
-            .await
-            .map_err(|_| stopped())?;
-        answer.await.ok().flatten().ok_or_else(stopped)
+        if tx.send(Command::Inspect { reply }).await.is_err() {
+            return Err(stopped());
+        }
+        match answer.await {
+            Ok(Some(lease)) => Ok(lease),
+            Ok(None) | Err(_) => Err(stopped()),
+        }
     }
 
     /// Stops accepting, drops every connection and waits for the accept loop to end.
@@ -173,11 +215,7 @@ impl Server {
         if let Some(task) = self.task.take() {
             let _ = task.await;
         }
-        self.shared
-            .volumes
-            .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clear();
+        self.shared.shut_down();
     }
 }
 
@@ -186,6 +224,7 @@ impl Drop for Server {
         if let Some(task) = &self.task {
             task.abort();
         }
+        self.shared.shut_down();
     }
 }
 
@@ -217,7 +256,10 @@ fn options(config: &Config) -> VolumeOptions {
 }
 
 fn open_existing(shared: &Arc<Shared>) -> Result<(), Error> {
-    let root = shared.config.state_dir.join("volumes");
+    for name in meta::purge_trash(&shared.config.state_dir)? {
+        tracing::info!(entry = ?name, "removed what an interrupted volume delete left in the trash");
+    }
+    let root = shared.config.state_dir.join(meta::VOLUMES);
     std::fs::create_dir_all(&root).map_err(|e| Error::io("create", &root, e))?;
     let entries = std::fs::read_dir(&root).map_err(|e| Error::io("list", &root, e))?;
     for entry in entries {
@@ -237,7 +279,8 @@ fn open_existing(shared: &Arc<Shared>) -> Result<(), Error> {
     Ok(())
 }
 
-fn register(shared: &Arc<Shared>, spec: &VolumeSpec) -> Result<(), Error> {
+/// Opens a created volume and starts serving it; refused once the server has stopped.
+pub(crate) fn register(shared: &Arc<Shared>, spec: &VolumeSpec) -> Result<(), Error> {
     let volume = Volume::open(&shared.config.state_dir, spec, options(&shared.config))?;
     let tx = volume::spawn(
         volume,
@@ -245,46 +288,24 @@ fn register(shared: &Arc<Shared>, spec: &VolumeSpec) -> Result<(), Error> {
         Arc::clone(&shared.clock),
         shared.config.queue_depth,
     )?;
-    shared
+    let mut volumes = shared
         .volumes
         .write()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .insert(
-            spec.volume_id.clone(),
-            Registered {
-                spec: spec.clone(),
-                tx,
-            },
-        );
-    Ok(())
-}
-
-fn create_volume(shared: &Arc<Shared>, spec: &VolumeSpec) -> Result<(), Error> {
-    meta::validate_volume_id(&spec.volume_id)?;
-    if let Role::Follower { .. } = shared.config.role {
-        return Err(Error::UnknownVolume {
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    // Checked under the registry's lock, which `shut_down` takes after setting the flag.
+    if shared.is_stopped() {
+        return Err(Error::Stopped {
             volume_id: spec.volume_id.clone(),
         });
     }
-    let volumes = shared
-        .volumes
-        .read()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    if let Some(existing) = volumes.get(&spec.volume_id) {
-        if &existing.spec != spec {
-            return Err(Error::IdentityMismatch {
-                existing: existing.spec.clone(),
-                requested: spec.clone(),
-            });
-        }
-        return Ok(());
-    }
-    drop(volumes);
-    meta::create(
-        &meta::volume_dir(&shared.config.state_dir, &spec.volume_id),
-        spec,
-    )?;
-    register(shared, spec)
+    volumes.insert(
+        spec.volume_id.clone(),
+        Registered {
+            spec: spec.clone(),
+            tx,
+        },
+    );
+    Ok(())
 }
 
 async fn restart(shared: &Arc<Shared>) -> Result<(), Error> {
@@ -297,15 +318,29 @@ async fn restart(shared: &Arc<Shared>) -> Result<(), Error> {
         .collect();
     for (volume_id, tx) in senders {
         let (done, result) = oneshot::channel();
-        let stopped = || Error::Stopped {
-            volume_id: volume_id.clone(),
+        let reloaded = match tx.send(Command::Reload { done }).await {
+            Ok(()) => result.await.ok(),
+            Err(_) => None,
         };
-        tx.send(Command::Reload { done })
-            .await
-            .map_err(|_| stopped())?;
-        result.await.map_err(|_| stopped())??;
+        match reloaded {
+            Some(Ok(())) => {}
+            // Deleted while the restart ran: there is nothing left to reload.
+            _ if !registered_as(shared, &volume_id, &tx) => {}
+            Some(Err(error)) => return Err(error),
+            None => return Err(Error::Stopped { volume_id }),
+        }
     }
     Ok(())
+}
+
+/// Whether `volume_id` is still served by the apply loop behind `tx` (not deleted since).
+fn registered_as(shared: &Shared, volume_id: &str, tx: &mpsc::Sender<Command>) -> bool {
+    shared
+        .volumes
+        .read()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .get(volume_id)
+        .is_some_and(|r| r.tx.same_channel(tx))
 }
 
 fn sender(shared: &Shared, volume_id: &str) -> Option<mpsc::Sender<Command>> {
@@ -493,6 +528,7 @@ async fn handle(
     match request.uri().path() {
         CALL_PATH => call(shared, request).await,
         ADMIN_VOLUMES_PATH => Ok(admin_volumes(&shared, request).await),
+        ADMIN_DELETE_VOLUME_PATH => Ok(admin_delete_volume(&shared, request).await),
         ADMIN_FAULTS_PATH => Ok(admin_faults(&shared, request).await),
         _ => Ok(plain(StatusCode::NOT_FOUND, "no such path")),
     }
@@ -571,7 +607,12 @@ async fn call(
         digest,
         reply,
     };
-    if tx.send(command).await.is_err() {
+    if let Err(mpsc::error::SendError(unsent)) = tx.send(command).await {
+        let deleted = matches!(&unsent, Command::Call { request, .. }
+            if !registered_as(&shared, &request.volume_id, &tx));
+        if deleted {
+            return refuse(v1::ErrorKind::UnknownVolume, "the volume was deleted");
+        }
         return refuse(v1::ErrorKind::NoQuorum, "the volume is not being served");
     }
     let Ok(bytes) = answer.await else {
@@ -611,7 +652,7 @@ async fn admin_volumes(shared: &Arc<Shared>, request: Request<Incoming>) -> Http
     };
     let shared2 = Arc::clone(shared);
     let spec2 = spec.clone();
-    let created = tokio::task::spawn_blocking(move || create_volume(&shared2, &spec2)).await;
+    let created = tokio::task::spawn_blocking(move || admin::create_volume(&shared2, &spec2)).await;
     let status = match &created {
         Ok(Ok(())) => StatusCode::OK,
         Ok(Err(Error::InvalidVolumeId { .. })) => StatusCode::BAD_REQUEST,
@@ -630,6 +671,47 @@ async fn admin_volumes(shared: &Arc<Shared>, request: Request<Incoming>) -> Http
         Ok(Ok(())) => serde_json::json!({ "volume": spec }),
         Ok(Err(error)) => serde_json::json!({ "error": error_text::chain(&error) }),
         Err(_) => serde_json::json!({ "error": "volume creation panicked" }),
+    };
+    json(status, &body)
+}
+
+/// The body of an [`ADMIN_DELETE_VOLUME_PATH`] call.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DeleteVolume {
+    volume_id: String,
+}
+
+async fn admin_delete_volume(shared: &Arc<Shared>, request: Request<Incoming>) -> HttpResponse {
+    let DeleteVolume { volume_id } = match admin_body(request).await {
+        Ok(body) => body,
+        Err(response) => return response,
+    };
+    let admin = Admin::new(Arc::clone(shared));
+    let id = volume_id.clone();
+    // Its own task, so that a panic becomes a 500 and not a dead connection.
+    let deleted = tokio::spawn(async move { admin.delete_volume(&id).await }).await;
+    let status = match &deleted {
+        Ok(Ok(Deleted::Removed | Deleted::Absent)) => StatusCode::OK,
+        Ok(Err(Error::InvalidVolumeId { .. })) => StatusCode::BAD_REQUEST,
+        Ok(Err(Error::UnknownVolume { .. })) => StatusCode::MISDIRECTED_REQUEST,
+        Ok(Err(
+            Error::Io { .. }
+            | Error::Corrupt { .. }
+            | Error::IdentityMismatch { .. }
+            | Error::Tls { .. }
+            | Error::Bind { .. }
+            | Error::Stopped { .. },
+        ))
+        | Err(_) => StatusCode::INTERNAL_SERVER_ERROR,
+    };
+    let body = match deleted {
+        Ok(Ok(deleted)) => serde_json::json!({
+            "deleted": volume_id,
+            "existed": deleted == Deleted::Removed,
+        }),
+        Ok(Err(error)) => serde_json::json!({ "error": error_text::chain(&error) }),
+        Err(_) => serde_json::json!({ "error": "volume deletion panicked" }),
     };
     json(status, &body)
 }

@@ -428,6 +428,10 @@ pub(crate) enum Command {
     Inspect {
         reply: oneshot::Sender<Option<LeaseState>>,
     },
+    /// Drop the volume (closing every descriptor it holds), refuse whatever is queued behind
+    /// this command with UNKNOWN_VOLUME, signal `done` and end the loop: the volume is being
+    /// deleted.
+    Stop { done: oneshot::Sender<()> },
 }
 
 /// Starts the apply loop of `volume` on its own thread; it ends when every sender is gone.
@@ -486,6 +490,137 @@ fn apply_loop(
             Command::Inspect { reply } => {
                 let _ = reply.send(volume.as_ref().map(|v| v.lease().clone()));
             }
+            Command::Stop { done } => {
+                drop(volume.take());
+                // Senders still waiting for room now fail; what is already queued is refused.
+                rx.close();
+                while let Some(queued) = rx.blocking_recv() {
+                    refuse_deleted(queued, &spec.volume_id);
+                }
+                let _ = done.send(());
+                return;
+            }
         }
+    }
+}
+
+/// Answers a command that reached a deleted volume's loop after its [`Command::Stop`].
+fn refuse_deleted(command: Command, volume_id: &str) {
+    match command {
+        Command::Call { request, reply, .. } => {
+            let _ = reply.send(reply_bytes(
+                &request.request_id.0,
+                refusal(v1::ErrorKind::UnknownVolume, "the volume was deleted"),
+            ));
+        }
+        Command::Tick => {}
+        Command::Reload { done } => {
+            let _ = done.send(Err(Error::UnknownVolume {
+                volume_id: volume_id.to_owned(),
+            }));
+        }
+        Command::Inspect { reply } => {
+            let _ = reply.send(None);
+        }
+        Command::Stop { done } => {
+            let _ = done.send(());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tokio::sync::{mpsc, oneshot};
+    use worker_proto::v1;
+    use worker_proto::v1::request::Op;
+    use worker_proto::{
+        AccessMode, ROOT_INO, ROOT_INODE_GENERATION, decode_reply, decode_request, encode_request,
+    };
+
+    use super::{Command, Volume, VolumeOptions, apply_loop};
+    use crate::clock::ManualClock;
+    use crate::config::VolumeSpec;
+    use crate::error::Error;
+    use crate::{dedup, meta};
+
+    fn getattr(id: u8) -> (Command, oneshot::Receiver<bytes::Bytes>) {
+        let body = encode_request(&v1::Request {
+            volume_id: "v".into(),
+            volume_generation: 1,
+            request_id: vec![id; 16],
+            mount_epoch: Vec::new(),
+            access_mode: AccessMode::Rwx.into(),
+            op: Some(Op::Getattr(v1::GetattrRequest {
+                file: Some(v1::FileId {
+                    ino: ROOT_INO,
+                    inode_generation: ROOT_INODE_GENERATION,
+                }),
+                handle: None,
+            })),
+        });
+        let (reply, answer) = oneshot::channel();
+        let command = Command::Call {
+            request: Box::new(decode_request(body.clone()).unwrap()),
+            digest: dedup::digest(&body),
+            reply,
+        };
+        (command, answer)
+    }
+
+    fn result(answer: oneshot::Receiver<bytes::Bytes>) -> v1::reply::Result {
+        decode_reply(answer.blocking_recv().unwrap())
+            .unwrap()
+            .result
+            .unwrap()
+    }
+
+    #[test]
+    fn a_stop_drops_the_volume_and_refuses_what_is_queued_behind_it() {
+        let state = tempfile::tempdir().unwrap();
+        let spec = VolumeSpec {
+            volume_id: "v".into(),
+            volume_generation: 1,
+            access_mode: crate::AccessMode::Rwx,
+        };
+        meta::create(&meta::volume_dir(state.path(), "v"), &spec).unwrap();
+        let options = VolumeOptions {
+            lease_ms: 90_000,
+            handle_lease_ms: 60_000,
+            dedup_capacity: 64,
+            dedup_retention_ms: 30_000,
+            compact_after: 1000,
+            reopen: crate::inode::reopen_for_tests(),
+        };
+        let volume = Volume::open(state.path(), &spec, options).unwrap();
+
+        // Everything is queued before the loop runs, so the order is fixed.
+        let (tx, rx) = mpsc::channel(8);
+        let (before, answered) = getattr(1);
+        tx.try_send(before).unwrap();
+        let (done, stopped) = oneshot::channel();
+        tx.try_send(Command::Stop { done }).unwrap();
+        let (behind, refused) = getattr(2);
+        tx.try_send(behind).unwrap();
+        let (reply, inspected) = oneshot::channel();
+        tx.try_send(Command::Inspect { reply }).unwrap();
+        let (done_reload, reloaded) = oneshot::channel();
+        tx.try_send(Command::Reload { done: done_reload }).unwrap();
+        tx.try_send(Command::Tick).unwrap();
+
+        // The loop returns at the stop although `tx` is still alive.
+        apply_loop(volume, rx, state.path(), &ManualClock::new(1));
+
+        assert!(matches!(result(answered), v1::reply::Result::Getattr(_)));
+        stopped.blocking_recv().unwrap();
+        let v1::reply::Result::Error(error) = result(refused) else {
+            panic!("a call behind the stop was applied");
+        };
+        assert_eq!(error.kind(), v1::ErrorKind::UnknownVolume);
+        assert_eq!(inspected.blocking_recv().unwrap(), None);
+        assert!(matches!(
+            reloaded.blocking_recv().unwrap(),
+            Err(Error::UnknownVolume { .. })
+        ));
+        assert!(tx.is_closed(), "later senders fail instead of waiting");
     }
 }

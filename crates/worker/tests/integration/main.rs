@@ -6,6 +6,7 @@
 
 mod bad_input;
 mod client;
+mod delete;
 mod files;
 mod lease_props;
 mod support;

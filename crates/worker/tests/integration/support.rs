@@ -229,3 +229,61 @@ pub(crate) fn file_of(result: &v1::reply::Result) -> v1::FileId {
 pub(crate) fn epoch(byte: u8) -> MountEpoch {
     MountEpoch([byte; 16])
 }
+
+/// POSTs JSON to an admin path over HTTP/1.1 with the test client certificate; the status.
+pub(crate) async fn admin(pki: &Pki, endpoint: &str, path: &str, body: &str, token: &str) -> u16 {
+    admin_reply(pki, endpoint, path, body, Some(token)).await.0
+}
+
+/// POSTs JSON to an admin path over HTTP/1.1 with the test client certificate, with `token`
+/// as the bearer token or without an `Authorization` header; the status and the body.
+pub(crate) async fn admin_reply(
+    pki: &Pki,
+    endpoint: &str,
+    path: &str,
+    body: &str,
+    token: Option<&str>,
+) -> (u16, String) {
+    use http_body_util::{BodyExt as _, Full};
+    use rustls::pki_types::pem::PemObject as _;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+
+    let mut roots = rustls::RootCertStore::empty();
+    roots
+        .add(CertificateDer::from_pem_slice(pki.ca_pem.as_bytes()).unwrap())
+        .unwrap();
+    let chain = vec![CertificateDer::from_pem_slice(pki.client_pem.as_bytes()).unwrap()];
+    let key = PrivateKeyDer::from_pem_slice(pki.client_key.as_bytes()).unwrap();
+    let config = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_protocol_versions(&[&rustls::version::TLS13])
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_client_auth_cert(chain, key)
+    .unwrap();
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+    let tcp = tokio::net::TcpStream::connect(endpoint).await.unwrap();
+    let tls = connector
+        .connect(ServerName::try_from("127.0.0.1").unwrap().to_owned(), tcp)
+        .await
+        .unwrap();
+    let (mut sender, connection) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tls))
+            .await
+            .unwrap();
+    tokio::spawn(connection);
+    let mut request = hyper::Request::post(path)
+        .header("host", endpoint)
+        .header("content-type", "application/json");
+    if let Some(token) = token {
+        request = request.header("authorization", format!("Bearer {token}"));
+    }
+    let request = request
+        .body(Full::new(Bytes::from(body.to_owned())))
+        .unwrap();
+    let response = sender.send_request(request).await.unwrap();
+    let status = response.status().as_u16();
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    (status, String::from_utf8_lossy(&body).into_owned())
+}
