@@ -3,8 +3,9 @@
 //! (with its session record, and for RWO its lease), NodePublishVolume binds it into Pods.
 //!
 //! This library is the binary's whole service, so that tests drive it in-process; `main.rs`
-//! only parses flags. The parts: the volume context contract ([`context`]), the capability
-//! rules ([`capability`]), where credentials come from ([`credentials`]), the owner itself
+//! only parses flags. The parts: the volume context contract ([`context`]) and the capability
+//! rules ([`capability`]), both from the `replicated-contract` crate that volume creators share,
+//! re-exported here; where credentials come from ([`credentials`]), the owner itself
 //! ([`owner`]), its errors and their status codes ([`error`], [`status`]), the tonic services
 //! ([`grpc`]) and the flags ([`config`]).
 
@@ -14,15 +15,15 @@ use std::sync::Arc;
 use anyhow::Context as _;
 use mounter::Mounter;
 
-pub mod capability;
 pub mod config;
-pub mod context;
 pub mod credentials;
 pub mod error;
 pub mod frontend;
 pub mod grpc;
 pub mod owner;
 pub mod status;
+
+pub use replicated_contract::{capability, context};
 
 use config::{Config, Credentials};
 use credentials::CredentialSource;

@@ -6,7 +6,10 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::{Parser, ValueEnum};
+use csi_proto::UnixEndpoint;
 use worker::{Role, Timings, TlsMaterial, VolumeSpec};
+
+use crate::controller::{ControllerSettings, CredentialFiles, DEFAULT_DRIVER_NAME};
 
 const LONG_ABOUT: &str = "\
 The TAK-OS reference worker: serves volumes kept in a backing directory over HTTPS, as the
@@ -54,6 +57,23 @@ Create another volume as the manager would:
     -H \"Authorization: Bearer $(cat token)\" \\
     -d '{\"volume_id\":\"pvc-2\",\"volume_generation\":1,\"access_mode\":\"rwx\"}' \\
     https://127.0.0.1:7443/takos.worker.v1/admin/volumes
+
+Delete one (its state and data are removed; deleting an absent volume is not an error):
+
+  curl ... -d '{\"volume_id\":\"pvc-2\"}' https://127.0.0.1:7443/takos.worker.v1/admin/volumes/delete
+
+THE REFERENCE CSI CONTROLLER
+
+With --csi-endpoint, a leader also serves CSI Identity and Controller on a Unix socket, so that
+CSI tooling can create and delete volumes for the replicated node (csi.replicated.tak-os.org):
+
+  tak-os-worker ... --csi-endpoint unix:///run/tak-os-worker/csi.sock \\
+    --group-endpoint https://127.0.0.1:7443,https://127.0.0.1:7444
+
+CreateVolume takes the StorageClass parameter accessMode (rwx or rwo, default rwx) and answers
+with the node's volume context. For development, --credentials-dir DIR with --credentials-ca,
+--credentials-cert and --credentials-key writes each volume's credentials where the node's
+--credentials-dir reads them. It is a reference for tests and demos, not the product's manager.
 
 Durations take a unit (500ms, 3s, 2m); --time-scale multiplies all of them (0.01 turns the
 90 s lease into 900 ms and keeps every proportion).";
@@ -163,6 +183,55 @@ pub struct Cli {
         default_value = "text"
     )]
     pub log_format: LogFormat,
+
+    /// Also serve the reference CSI controller (Identity and Controller) on this Unix socket,
+    /// unix:///path (a leader only).
+    #[arg(long, env = "TAK_OS_WORKER_CSI_ENDPOINT", requires = "group_endpoints")]
+    pub csi_endpoint: Option<String>,
+    /// The driver name the controller answers GetPluginInfo with.
+    #[arg(long, env = "TAK_OS_WORKER_DRIVER_NAME", default_value = DEFAULT_DRIVER_NAME)]
+    pub driver_name: String,
+    /// A worker endpoint of the whole group, https://host:port, as volume contexts list them
+    /// (repeat the flag or separate with commas; the leader's own endpoint included).
+    #[arg(
+        long = "group-endpoint",
+        env = "TAK_OS_WORKER_GROUP_ENDPOINTS",
+        value_delimiter = ','
+    )]
+    pub group_endpoints: Vec<String>,
+    /// The namespace of the volumes' credential Secrets, put in every volume context.
+    #[arg(long, env = "TAK_OS_WORKER_CREDENTIAL_NAMESPACE")]
+    pub credential_namespace: Option<String>,
+    /// Development only: write each created volume's credentials to DIR/<volume-id>/ (the
+    /// node's --credentials-dir), from --credentials-ca, --credentials-cert, --credentials-key
+    /// and the first token of --token-file.
+    #[arg(
+        long,
+        env = "TAK_OS_WORKER_CREDENTIALS_DIR",
+        requires_all = ["credentials_ca", "credentials_cert", "credentials_key"]
+    )]
+    pub credentials_dir: Option<PathBuf>,
+    /// The CA bundle nodes verify the workers with (for --credentials-dir).
+    #[arg(
+        long,
+        env = "TAK_OS_WORKER_CREDENTIALS_CA",
+        requires = "credentials_dir"
+    )]
+    pub credentials_ca: Option<PathBuf>,
+    /// The client certificate handed to nodes (for --credentials-dir).
+    #[arg(
+        long,
+        env = "TAK_OS_WORKER_CREDENTIALS_CERT",
+        requires = "credentials_dir"
+    )]
+    pub credentials_cert: Option<PathBuf>,
+    /// The client certificate's key handed to nodes (for --credentials-dir).
+    #[arg(
+        long,
+        env = "TAK_OS_WORKER_CREDENTIALS_KEY",
+        requires = "credentials_dir"
+    )]
+    pub credentials_key: Option<PathBuf>,
 }
 
 /// What `main` hands to [`crate::run`].
@@ -172,6 +241,8 @@ pub struct Settings {
     pub worker: worker::Config,
     /// The token file to watch.
     pub token_file: PathBuf,
+    /// The reference CSI controller, when --csi-endpoint is set.
+    pub controller: Option<ControllerSettings>,
 }
 
 impl Cli {
@@ -209,12 +280,50 @@ impl Cli {
         Ok(Settings {
             worker: config,
             token_file: self.token_file.clone(),
+            controller: self.controller()?,
         })
+    }
+
+    fn controller(&self) -> anyhow::Result<Option<ControllerSettings>> {
+        let Some(csi_endpoint) = &self.csi_endpoint else {
+            return Ok(None);
+        };
+        if self.follow.is_some() {
+            anyhow::bail!(
+                "--csi-endpoint serves the reference controller, which runs in the leader: \
+                 drop --follow or --csi-endpoint"
+            );
+        }
+        let endpoint = UnixEndpoint::parse(csi_endpoint)
+            .map_err(|e| anyhow::anyhow!("--csi-endpoint: {e}"))?;
+        let credentials = match (
+            &self.credentials_dir,
+            &self.credentials_ca,
+            &self.credentials_cert,
+            &self.credentials_key,
+        ) {
+            (Some(dir), Some(ca), Some(cert), Some(key)) => Some(CredentialFiles {
+                dir: dir.clone(),
+                ca: ca.clone(),
+                cert: cert.clone(),
+                key: key.clone(),
+            }),
+            _ => None,
+        };
+        Ok(Some(ControllerSettings {
+            endpoint,
+            driver_name: self.driver_name.clone(),
+            group_endpoints: self.group_endpoints.clone(),
+            credential_namespace: self.credential_namespace.clone(),
+            credentials,
+        }))
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::path::Path;
+
     use super::*;
 
     #[test]
@@ -263,5 +372,96 @@ mod tests {
         .unwrap();
         assert_eq!(cli.volumes.len(), 2);
         assert!(Cli::try_parse_from(["tak-os-worker", "--cert", "c"]).is_err());
+    }
+
+    fn parse(extra: &[&str]) -> Result<Cli, clap::Error> {
+        let base = [
+            "tak-os-worker",
+            "--state-dir",
+            "/s",
+            "--cert",
+            "c",
+            "--key",
+            "k",
+            "--client-ca",
+            "ca",
+            "--token-file",
+            "t",
+        ];
+        Cli::try_parse_from(base.iter().chain(extra))
+    }
+
+    #[test]
+    fn the_controller_is_off_by_default_and_configured_by_its_flags() {
+        assert_eq!(parse(&[]).unwrap().controller().unwrap(), None);
+        let cli = parse(&[
+            "--csi-endpoint",
+            "unix:///run/w/csi.sock",
+            "--group-endpoint",
+            "https://a:1,https://b:2",
+            "--group-endpoint",
+            "https://c:3",
+            "--credentials-dir",
+            "/creds",
+            "--credentials-ca",
+            "ca.pem",
+            "--credentials-cert",
+            "client.pem",
+            "--credentials-key",
+            "client.key",
+        ])
+        .unwrap();
+        let controller = cli.controller().unwrap().unwrap();
+        assert_eq!(controller.endpoint.path(), Path::new("/run/w/csi.sock"));
+        assert_eq!(controller.driver_name, DEFAULT_DRIVER_NAME);
+        assert_eq!(
+            controller.group_endpoints,
+            ["https://a:1", "https://b:2", "https://c:3"]
+        );
+        assert_eq!(controller.credential_namespace, None);
+        assert_eq!(controller.credentials.unwrap().dir, PathBuf::from("/creds"));
+    }
+
+    #[test]
+    fn controller_flags_that_cannot_work_are_refused() {
+        // No group endpoints: volume contexts would name no worker.
+        assert!(parse(&["--csi-endpoint", "unix:///x.sock"]).is_err());
+        // Credentials need all four flags.
+        assert!(parse(&["--credentials-dir", "/c", "--credentials-ca", "ca.pem"]).is_err());
+        assert!(parse(&["--credentials-key", "k.pem"]).is_err());
+        // A follower holds no volumes to create.
+        let follower = Cli::try_parse_from([
+            "tak-os-worker",
+            "--follow",
+            "127.0.0.1:1",
+            "--cert",
+            "c",
+            "--key",
+            "k",
+            "--client-ca",
+            "ca",
+            "--token-file",
+            "t",
+            "--csi-endpoint",
+            "unix:///x.sock",
+            "--group-endpoint",
+            "https://a:1",
+        ])
+        .unwrap();
+        let error = follower.controller().unwrap_err().to_string();
+        assert!(error.contains("runs in the leader"), "{error}");
+        let bad = parse(&[
+            "--csi-endpoint",
+            "tcp://x",
+            "--group-endpoint",
+            "https://a:1",
+        ])
+        .unwrap();
+        assert!(
+            bad.controller()
+                .unwrap_err()
+                .to_string()
+                .contains("--csi-endpoint")
+        );
     }
 }

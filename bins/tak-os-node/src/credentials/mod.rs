@@ -23,16 +23,9 @@ use std::time::Duration;
 
 pub mod kube;
 
-/// The data key of the bearer token.
-pub const TOKEN: &str = "token";
-/// The data key of the next bearer token during a rotation.
-pub const NEXT_TOKEN: &str = "next-token";
-/// The data key of the CA bundle.
-pub const CA_BUNDLE: &str = "ca.crt";
-/// The data key of the client certificate chain.
-pub const CLIENT_CERTIFICATE: &str = "tls.crt";
-/// The data key of the client key.
-pub const CLIENT_KEY: &str = "tls.key";
+pub use replicated_contract::credentials::{
+    CA_BUNDLE, CLIENT_CERTIFICATE, CLIENT_KEY, NEXT_TOKEN, TOKEN,
+};
 
 /// The largest value of one key that is read (a CA bundle of many certificates fits easily).
 pub const MAX_VALUE_BYTES: u64 = 1 << 20;

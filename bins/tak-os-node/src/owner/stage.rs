@@ -429,10 +429,17 @@ impl Owner {
         let call = lease
             .prepare_claim()
             .map_err(|source| worker_error(volume_id, generation, "claim_mount", source))?;
-        lease
+        let grant = lease
             .claim(&call)
             .await
-            .map_err(|source| worker_error(volume_id, generation, "claim_mount", source))
+            .map_err(|source| worker_error(volume_id, generation, "claim_mount", source))?;
+        tracing::info!(
+            volume = %volume_id,
+            epoch = %grant.epoch,
+            lease_seconds = grant.lease.as_secs_f64(),
+            "mount lease claimed"
+        );
+        Ok(grant)
     }
 
     /// Releases the lease within its own budget; a release that cannot finish is deferred
@@ -444,7 +451,12 @@ impl Owner {
     ) {
         match lease.release().await {
             ReleaseOutcome::Released { was_holder } => {
-                tracing::info!(volume = %volume_id, was_holder, "mount lease released");
+                tracing::info!(
+                    volume = %volume_id,
+                    epoch = %lease.epoch(),
+                    was_holder,
+                    "mount lease released"
+                );
             }
             ReleaseOutcome::Deferred { error } => {
                 metrics::counter!("tak_os_node_mount_release_deferred_total").increment(1);

@@ -1,5 +1,7 @@
-//! The volume context contract: what the manager that creates replicated volumes hands the node
-//! in `volume_context`, and its validation.
+//! The volume context contract: what whoever creates replicated volumes (the manager, or the
+//! reference controller) hands the node in `volume_context`. The creator builds it with
+//! [`VolumeContext::new`] and writes it with [`VolumeContext::to_map`]; the node validates it
+//! with [`VolumeContext::parse`].
 //!
 //! | key | value | required |
 //! |---|---|---|
@@ -10,7 +12,8 @@
 //!
 //! Keys this contract does not name are ignored (provisioners and kubelet add their own). An
 //! error names the key and quotes the value, except for endpoints: a refused endpoint may carry
-//! a credential, so it is named by its position only.
+//! a credential, so it is named by its position only. `parse(to_map(new(…)))` gives back what
+//! `new` made.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -48,6 +51,13 @@ impl VolumeMode {
             VolumeMode::Rwx => "rwx",
             VolumeMode::Rwo => "rwo",
         }
+    }
+
+    /// Parses `rwx` or `rwo` (exact, lowercase).
+    pub fn parse(text: &str) -> Option<Self> {
+        [VolumeMode::Rwx, VolumeMode::Rwo]
+            .into_iter()
+            .find(|mode| mode.as_str() == text)
     }
 }
 
@@ -120,6 +130,41 @@ pub enum ContextError {
 }
 
 impl VolumeContext {
+    /// A context for a new volume; the endpoints are checked exactly as `parse` checks them
+    /// (same errors): each is trimmed, at most [`MAX_ENDPOINTS`] are allowed, and repeats are
+    /// dropped, the first kept; none at all is [`ContextError::Missing`], as an empty list is to
+    /// `parse`. An endpoint containing a comma is refused as well, as it could not be written
+    /// as one entry of the list.
+    pub fn new(
+        generation: u64,
+        endpoint_urls: &[String],
+        mode: VolumeMode,
+    ) -> Result<Self, ContextError> {
+        let endpoint_urls = check_endpoints(endpoint_urls.iter().map(String::as_str))?;
+        let endpoints = endpoint_set(&endpoint_urls)?;
+        Ok(VolumeContext {
+            generation,
+            endpoint_urls,
+            endpoints,
+            mode,
+        })
+    }
+
+    /// The `volume_context` map a creator returns: generation, endpoints (comma-separated, in
+    /// order), access mode, and the credential namespace when given (an empty one is not
+    /// written: `parse` reads an empty value as an absent one).
+    pub fn to_map(&self, credential_namespace: Option<&str>) -> HashMap<String, String> {
+        let mut map = HashMap::from([
+            (GENERATION.to_owned(), self.generation.to_string()),
+            (ENDPOINTS.to_owned(), self.endpoint_urls.join(",")),
+            (ACCESS_MODE.to_owned(), self.mode.as_str().to_owned()),
+        ]);
+        if let Some(namespace) = credential_namespace.filter(|n| !n.is_empty()) {
+            map.insert(CREDENTIAL_NAMESPACE.to_owned(), namespace.to_owned());
+        }
+        map
+    }
+
     /// Validates `context` for an owner that reads credentials from `credential_namespace`.
     pub fn parse(
         context: &HashMap<String, String>,
@@ -134,20 +179,15 @@ impl VolumeContext {
         let generation = value(GENERATION).ok_or(ContextError::Missing { key: GENERATION })?;
         let generation = parse_generation(generation)?;
         let endpoints = value(ENDPOINTS).ok_or(ContextError::Missing { key: ENDPOINTS })?;
-        let endpoint_urls = parse_endpoints(endpoints)?;
-        // Every entry was checked on its own above; the set of them cannot be refused.
-        let endpoints = EndpointSet::new(endpoint_urls.iter().map(|url| &url[SCHEME.len()..]))
-            .map_err(|_| ContextError::Missing { key: ENDPOINTS })?;
+        let endpoint_urls = check_endpoints(endpoints.split(','))?;
+        let endpoints = endpoint_set(&endpoint_urls)?;
         let mode = match value(ACCESS_MODE) {
-            None | Some("rwx") => VolumeMode::Rwx,
-            Some("rwo") => VolumeMode::Rwo,
-            Some(other) => {
-                return Err(ContextError::Malformed {
-                    key: ACCESS_MODE,
-                    value: other.to_owned(),
-                    expected: "rwx or rwo",
-                });
-            }
+            None => VolumeMode::Rwx,
+            Some(text) => VolumeMode::parse(text).ok_or_else(|| ContextError::Malformed {
+                key: ACCESS_MODE,
+                value: text.to_owned(),
+                expected: "rwx or rwo",
+            })?,
         };
         if let Some(namespace) = value(CREDENTIAL_NAMESPACE)
             && namespace != credential_namespace
@@ -179,9 +219,11 @@ fn parse_generation(value: &str) -> Result<u64, ContextError> {
     value.parse().map_err(|_| malformed())
 }
 
-/// Splits and checks the endpoint list; repeats are dropped, the first kept.
-fn parse_endpoints(value: &str) -> Result<Vec<String>, ContextError> {
-    let entries: Vec<&str> = value.split(',').map(str::trim).collect();
+/// Checks the entries of the endpoint list, each trimmed; repeats are dropped, the first kept.
+fn check_endpoints<'a>(
+    entries: impl Iterator<Item = &'a str>,
+) -> Result<Vec<String>, ContextError> {
+    let entries: Vec<&str> = entries.map(str::trim).collect();
     if entries.len() > MAX_ENDPOINTS {
         return Err(ContextError::TooManyEndpoints {
             count: entries.len(),
@@ -195,6 +237,10 @@ fn parse_endpoints(value: &str) -> Result<Vec<String>, ContextError> {
         };
         if entry.is_empty() {
             return Err(endpoint("it is empty"));
+        }
+        // Never true of an entry split from the list; `new` takes entries one by one.
+        if entry.contains(',') {
+            return Err(endpoint("it contains a comma"));
         }
         let Some(authority) = entry.strip_prefix(SCHEME) else {
             return Err(endpoint("it does not start with https://"));
@@ -217,6 +263,13 @@ fn parse_endpoints(value: &str) -> Result<Vec<String>, ContextError> {
         }
     }
     Ok(urls)
+}
+
+/// The endpoints of `urls`, each checked by [`check_endpoints`], as `host:port`.
+fn endpoint_set(urls: &[String]) -> Result<EndpointSet, ContextError> {
+    // Every entry was checked on its own; the set of them is refused only when it is empty.
+    EndpointSet::new(urls.iter().map(|url| &url[SCHEME.len()..]))
+        .map_err(|_| ContextError::Missing { key: ENDPOINTS })
 }
 
 #[cfg(test)]
@@ -306,19 +359,22 @@ mod tests {
         assert_eq!(error, ContextError::Missing { key: GENERATION });
     }
 
+    /// Refused endpoints, each with a part of its problem; none may ever be quoted.
+    const BAD_ENDPOINTS: &[(&str, &str)] = &[
+        ("https://user:hunter2@w.example:1", "user information"),
+        ("http://w.example:1", "https://"),
+        ("https://w.example:1/p", "a path"),
+        ("https://w.example:1?token=hunter2", "a query"),
+        ("https://w.example:1#hunter2", "a fragment"),
+        ("https://w.example", "no port"),
+        ("https://:1", "no host"),
+        ("hunter2", "https://"),
+        ("", "empty"),
+    ];
+
     #[test]
     fn a_refused_endpoint_is_named_by_position_and_never_quoted() {
-        for (bad, problem) in [
-            ("https://user:hunter2@w.example:1", "user information"),
-            ("http://w.example:1", "https://"),
-            ("https://w.example:1/p", "a path"),
-            ("https://w.example:1?token=hunter2", "a query"),
-            ("https://w.example:1#hunter2", "a fragment"),
-            ("https://w.example", "no port"),
-            ("https://:1", "no host"),
-            ("hunter2", "https://"),
-            ("", "empty"),
-        ] {
+        for &(bad, problem) in BAD_ENDPOINTS {
             let list = format!("https://ok.example:1,{bad}");
             let pairs = [(GENERATION, "1"), (ENDPOINTS, list.as_str())];
             let error = VolumeContext::parse(&context(&pairs), NAMESPACE).unwrap_err();
@@ -337,5 +393,124 @@ mod tests {
         )
         .unwrap_err();
         assert_eq!(error, ContextError::TooManyEndpoints { count: 17 });
+    }
+
+    fn urls(list: &[&str]) -> Vec<String> {
+        list.iter().map(|url| (*url).to_owned()).collect()
+    }
+
+    #[test]
+    fn new_and_to_map_round_trip_through_parse_for_both_modes_with_and_without_a_namespace() {
+        let endpoints = urls(&[
+            "https://w1.example:7443",
+            "https://10.0.0.2:7443",
+            "https://[::1]:1",
+        ]);
+        for mode in [VolumeMode::Rwx, VolumeMode::Rwo] {
+            for namespace in [None, Some(NAMESPACE)] {
+                let created = VolumeContext::new(u64::MAX, &endpoints, mode).unwrap();
+                assert_eq!(created.endpoint_urls, endpoints);
+                let map = created.to_map(namespace);
+                assert_eq!(map[GENERATION], "18446744073709551615");
+                assert_eq!(
+                    map[ENDPOINTS],
+                    "https://w1.example:7443,https://10.0.0.2:7443,https://[::1]:1"
+                );
+                assert_eq!(map[ACCESS_MODE], mode.as_str());
+                assert_eq!(
+                    map.get(CREDENTIAL_NAMESPACE).map(String::as_str),
+                    namespace,
+                    "{mode} {namespace:?}"
+                );
+                assert_eq!(map.len(), 3 + usize::from(namespace.is_some()));
+                let parsed = VolumeContext::parse(&map, NAMESPACE).unwrap();
+                assert_eq!(parsed, created, "{mode} {namespace:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn an_empty_namespace_is_not_written() {
+        let created =
+            VolumeContext::new(1, &urls(&["https://w.example:1"]), VolumeMode::Rwx).unwrap();
+        assert!(!created.to_map(Some("")).contains_key(CREDENTIAL_NAMESPACE));
+    }
+
+    #[test]
+    fn new_trims_and_drops_repeats_as_parse_does() {
+        let list = [
+            " https://a.example:1",
+            "https://b.example:2 ",
+            "https://a.example:1",
+        ];
+        let created = VolumeContext::new(3, &urls(&list), VolumeMode::Rwo).unwrap();
+        let map = HashMap::from([
+            (GENERATION.to_owned(), "3".to_owned()),
+            (ENDPOINTS.to_owned(), list.join(",")),
+            (ACCESS_MODE.to_owned(), "rwo".to_owned()),
+        ]);
+        assert_eq!(created, VolumeContext::parse(&map, NAMESPACE).unwrap());
+        assert_eq!(
+            created.endpoint_urls,
+            ["https://a.example:1", "https://b.example:2"]
+        );
+        assert_eq!(
+            VolumeContext::parse(&created.to_map(None), NAMESPACE).unwrap(),
+            created
+        );
+    }
+
+    #[test]
+    fn new_refuses_a_bad_endpoint_with_the_error_of_parse_and_never_quotes_it() {
+        let parse_error = |list: &str| {
+            let map = HashMap::from([
+                (GENERATION.to_owned(), "1".to_owned()),
+                (ENDPOINTS.to_owned(), list.to_owned()),
+            ]);
+            VolumeContext::parse(&map, NAMESPACE).unwrap_err()
+        };
+        for &(bad, problem) in BAD_ENDPOINTS {
+            let list = ["https://ok.example:1", bad];
+            let error = VolumeContext::new(1, &urls(&list), VolumeMode::Rwx).unwrap_err();
+            assert_eq!(error, parse_error(&list.join(",")), "{bad:?}");
+            assert!(
+                matches!(error, ContextError::Endpoint { position: 2, .. }),
+                "{bad:?}: {error:?}"
+            );
+            let text = format!("{error} {error:?}");
+            assert!(text.contains(problem), "{bad:?}: {text}");
+            assert!(!text.contains("hunter2"), "{bad:?} leaked: {text}");
+        }
+        // An entry that would become two entries of the list.
+        let error = VolumeContext::new(
+            1,
+            &urls(&["https://ok.example:1", "https://hunter2,w.example:1"]),
+            VolumeMode::Rwx,
+        )
+        .unwrap_err();
+        assert!(
+            matches!(error, ContextError::Endpoint { position: 2, problem } if problem.contains("comma")),
+            "{error:?}"
+        );
+        assert!(!format!("{error} {error:?}").contains("hunter2"));
+
+        let many = vec!["https://w.example:1".to_owned(); MAX_ENDPOINTS + 1];
+        let error = VolumeContext::new(1, &many, VolumeMode::Rwx).unwrap_err();
+        assert_eq!(error, parse_error(&many.join(",")));
+        assert_eq!(error, ContextError::TooManyEndpoints { count: 17 });
+        assert_eq!(
+            VolumeContext::new(1, &[], VolumeMode::Rwx).unwrap_err(),
+            parse_error("")
+        );
+    }
+
+    #[test]
+    fn volume_mode_parse_takes_only_the_exact_lowercase_names() {
+        for mode in [VolumeMode::Rwx, VolumeMode::Rwo] {
+            assert_eq!(VolumeMode::parse(mode.as_str()), Some(mode));
+        }
+        for text in ["RWO", " rwo", "rwo ", "Rwx", "", "rw", "rwxo"] {
+            assert_eq!(VolumeMode::parse(text), None, "{text:?}");
+        }
     }
 }
