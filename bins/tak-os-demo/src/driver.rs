@@ -6,7 +6,6 @@
 //! one binary is all the demo needs. `--driver <path>` runs another driver binary instead.
 
 use std::ffi::OsString;
-use std::fs::File;
 use std::net::SocketAddr;
 use std::os::unix::process::{CommandExt as _, ExitStatusExt as _};
 use std::path::PathBuf;
@@ -47,10 +46,7 @@ pub fn driver_args(
 ) -> Vec<OsString> {
     let mut endpoint = OsString::from("unix://");
     endpoint.push(workspace.socket());
-    let log_format = match log_format {
-        LogFormat::Json => "json",
-        LogFormat::Text => "text",
-    };
+    let log_format = log_format_name(log_format);
     vec![
         "--endpoint".into(),
         endpoint,
@@ -63,12 +59,31 @@ pub fn driver_args(
         "--metrics-address".into(),
         metrics.to_string().into(),
         "--require-mounted-store".into(),
+        "--consumer-mount-root".into(),
+        workspace.consumers().into(),
         "--log-format".into(),
         log_format.into(),
     ]
 }
 
-/// How a driver process ended.
+/// This executable with a hidden subcommand.
+fn this_executable(subcommand: &str) -> anyhow::Result<Command> {
+    let exe = std::env::current_exe()
+        .context("cannot find the demo's own executable to run its services")?;
+    let mut command = Command::new(exe);
+    command.arg(subcommand);
+    Ok(command)
+}
+
+/// The name of a log format on the command lines of every service.
+pub fn log_format_name(format: LogFormat) -> &'static str {
+    match format {
+        LogFormat::Json => "json",
+        LogFormat::Text => "text",
+    }
+}
+
+/// How a stopped process ended.
 #[derive(Debug)]
 pub enum Stopped {
     /// It had exited on its own before it was asked to.
@@ -92,38 +107,65 @@ impl Stopped {
     }
 }
 
-/// A running driver process. Dropping it kills the process; [`DriverProcess::detach`] leaves it
-/// running.
+/// A process the demo started: the driver, a worker, the node's owner or frontend. Dropping
+/// it kills the process; [`ServiceProcess::detach`] leaves it running.
 #[derive(Debug)]
-pub struct DriverProcess {
+pub struct ServiceProcess {
     child: Option<Child>,
     pid: u32,
 }
 
-impl DriverProcess {
-    /// Starts the driver with `args`, its stdout and stderr appended to `log`. It gets a
-    /// process group of its own, so a terminal's Ctrl-C reaches only the demo, which then
-    /// stops the driver itself (or, with `--keep`, leaves it running).
+impl ServiceProcess {
+    /// Starts the driver with `args`, its stdout and stderr appended to `log`.
     pub fn spawn(
         program: &DriverProgram,
         args: Vec<OsString>,
         log: &std::path::Path,
     ) -> anyhow::Result<Self> {
-        let mut command = match program {
-            DriverProgram::ThisExecutable => {
-                let exe = std::env::current_exe()
-                    .context("cannot find the demo's own executable to run the driver")?;
-                let mut command = Command::new(exe);
-                command.arg(SERVE_DRIVER);
-                command
-            }
-            DriverProgram::Binary(path) => Command::new(path),
-        };
-        let log_file =
-            File::create(log).with_context(|| format!("cannot create the driver log {log:?}"))?;
+        match program {
+            DriverProgram::ThisExecutable => Self::spawn_self(SERVE_DRIVER, args, log),
+            DriverProgram::Binary(path) => Self::start(Command::new(path), args, log, false),
+        }
+    }
+
+    /// Runs this executable's hidden `subcommand` with `args`, its output written to `log`.
+    pub fn spawn_self(
+        subcommand: &str,
+        args: Vec<OsString>,
+        log: &std::path::Path,
+    ) -> anyhow::Result<Self> {
+        Self::start(this_executable(subcommand)?, args, log, false)
+    }
+
+    /// [`ServiceProcess::spawn_self`], appending to `log` instead of starting it afresh (a
+    /// restarted service).
+    pub fn spawn_self_appending(
+        subcommand: &str,
+        args: Vec<OsString>,
+        log: &std::path::Path,
+    ) -> anyhow::Result<Self> {
+        Self::start(this_executable(subcommand)?, args, log, true)
+    }
+
+    /// Starts `command` with a cleared environment (only [`PASSED_ENVIRONMENT`] passes) and
+    /// a process group of its own, so a terminal's Ctrl-C reaches only the demo, which then
+    /// stops its services itself (or, with `--keep`, leaves them running).
+    fn start(
+        mut command: Command,
+        args: Vec<OsString>,
+        log: &std::path::Path,
+        append: bool,
+    ) -> anyhow::Result<Self> {
+        let log_file = std::fs::OpenOptions::new()
+            .create(true)
+            .write(true)
+            .append(append)
+            .truncate(!append)
+            .open(log)
+            .with_context(|| format!("cannot create the log {log:?}"))?;
         let log_err = log_file
             .try_clone()
-            .with_context(|| format!("cannot reopen the driver log {log:?}"))?;
+            .with_context(|| format!("cannot reopen the log {log:?}"))?;
         command
             .args(args)
             .env_clear()
@@ -138,59 +180,108 @@ impl DriverProcess {
             .process_group(0);
         let child = command
             .spawn()
-            .with_context(|| format!("cannot start the driver {:?}", command.get_program()))?;
-        Ok(DriverProcess {
+            .with_context(|| format!("cannot start {:?}", command.get_program()))?;
+        Ok(ServiceProcess {
             pid: child.id(),
             child: Some(child),
         })
     }
 
-    /// The driver's process ID.
+    /// The process ID.
     pub fn pid(&self) -> u32 {
         self.pid
     }
 
-    /// The exit status if the driver has exited, without waiting.
+    /// The exit status if the process has exited, without waiting.
     pub fn exited(&mut self) -> anyhow::Result<Option<ExitStatus>> {
         match &mut self.child {
-            Some(child) => child.try_wait().context("cannot poll the driver process"),
+            Some(child) => child.try_wait().context("cannot poll the process"),
             None => Ok(None),
         }
     }
 
-    /// Sends SIGTERM, waits up to `grace` for the driver to exit, then kills it.
+    /// Sends SIGTERM, waits up to `grace` for the process to exit, then kills it.
     pub fn stop(&mut self, grace: Duration) -> anyhow::Result<Stopped> {
-        let Some(child) = &mut self.child else {
-            anyhow::bail!("the driver was detached");
-        };
-        if let Some(status) = child.try_wait()? {
-            self.child = None;
-            return Ok(Stopped::AlreadyExited(status));
+        if let Some(already) = self.terminate()? {
+            return Ok(already);
         }
-        rustix::process::kill_process(Pid::from_child(child), Signal::TERM)
-            .with_context(|| format!("cannot send SIGTERM to the driver (pid {})", self.pid))?;
         let deadline = Instant::now() + grace;
         while Instant::now() < deadline {
-            if let Some(status) = child.try_wait()? {
-                self.child = None;
-                return Ok(Stopped::Terminated(status));
+            if let Some(stopped) = self.reap()? {
+                return Ok(stopped);
             }
             std::thread::sleep(POLL);
         }
-        child.kill().context("cannot kill the driver")?;
-        child.wait().context("cannot reap the driver")?;
-        self.child = None;
+        self.kill_after_grace()
+    }
+
+    /// [`ServiceProcess::stop`] without blocking the async runtime, whose connections to the
+    /// process must stay served meanwhile (a server's graceful shutdown waits for its clients
+    /// to answer).
+    pub async fn stop_async(&mut self, grace: Duration) -> anyhow::Result<Stopped> {
+        if let Some(already) = self.terminate()? {
+            return Ok(already);
+        }
+        let deadline = Instant::now() + grace;
+        while Instant::now() < deadline {
+            if let Some(stopped) = self.reap()? {
+                return Ok(stopped);
+            }
+            tokio::time::sleep(POLL).await;
+        }
+        self.kill_after_grace()
+    }
+
+    /// Sends SIGTERM, unless the process has already exited (which is returned).
+    fn terminate(&mut self) -> anyhow::Result<Option<Stopped>> {
+        let Some(child) = &mut self.child else {
+            anyhow::bail!("the process was detached");
+        };
+        if let Some(status) = child.try_wait()? {
+            self.child = None;
+            return Ok(Some(Stopped::AlreadyExited(status)));
+        }
+        rustix::process::kill_process(Pid::from_child(child), Signal::TERM)
+            .with_context(|| format!("cannot send SIGTERM to pid {}", self.pid))?;
+        Ok(None)
+    }
+
+    /// How the process ended after SIGTERM, if it has.
+    fn reap(&mut self) -> anyhow::Result<Option<Stopped>> {
+        let Some(child) = &mut self.child else {
+            anyhow::bail!("the process was detached");
+        };
+        let status = child.try_wait()?;
+        if status.is_some() {
+            self.child = None;
+        }
+        Ok(status.map(Stopped::Terminated))
+    }
+
+    fn kill_after_grace(&mut self) -> anyhow::Result<Stopped> {
+        self.kill()?;
         Ok(Stopped::Killed)
     }
 
-    /// Leaves the driver running after the demo exits and returns its PID.
+    /// Leaves the process running after the demo exits and returns its PID.
     pub fn detach(mut self) -> u32 {
         self.child = None;
         self.pid
     }
 }
 
-impl Drop for DriverProcess {
+impl ServiceProcess {
+    /// Kills the process with SIGKILL, as a crash would end it, and reaps it.
+    pub fn kill(&mut self) -> anyhow::Result<ExitStatus> {
+        let Some(mut child) = self.child.take() else {
+            anyhow::bail!("the process was detached");
+        };
+        child.kill().context("cannot kill the process")?;
+        child.wait().context("cannot reap the process")
+    }
+}
+
+impl Drop for ServiceProcess {
     fn drop(&mut self) {
         if let Some(child) = &mut self.child {
             let _ = child.kill();
@@ -210,4 +301,25 @@ pub fn serve(args: Vec<OsString>) -> anyhow::Result<()> {
         anyhow::bail!("{SERVE_DRIVER} only serves; run tak-os-local-csi for its subcommands");
     }
     tak_os_local_csi::serve(cli.config()?)
+}
+
+/// The hidden `serve-worker` subcommand: serves a reference worker with tak-os-worker's flags
+/// until SIGTERM or SIGINT, as the `tak-os-worker` binary does.
+pub fn serve_worker(args: Vec<OsString>) -> anyhow::Result<()> {
+    let cli = tak_os_worker::Cli::try_parse_from(
+        std::iter::once(OsString::from("tak-os-worker")).chain(args),
+    )?;
+    observe::init_logging(cli.log_format.into());
+    tak_os_worker::serve(cli.settings()?)
+}
+
+/// The hidden `serve-node` subcommand: serves the replicated node (mount owner, or frontend
+/// with `--mount-service`) with tak-os-node's flags until SIGTERM or SIGINT, as the
+/// `tak-os-node` binary does.
+pub fn serve_node(args: Vec<OsString>) -> anyhow::Result<()> {
+    let cli = tak_os_node::config::Cli::try_parse_from(
+        std::iter::once(OsString::from("tak-os-node")).chain(args),
+    )?;
+    observe::init_logging(cli.log_format.into());
+    tak_os_node::serve(cli.config()?)
 }

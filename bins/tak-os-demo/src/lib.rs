@@ -1,20 +1,33 @@
-//! The local CSI driver on one machine, driven as kubelet and the external-provisioner would
-//! drive it.
+//! The whole TAK-OS storage node on one machine, driven as kubelet and the external-provisioner
+//! would drive it.
 //!
-//! [`demo`] enters a private mount namespace, lays out a temporary directory (a tmpfs store,
-//! kubelet's root, the socket), starts the driver as a separate process and then, over its
-//! socket: checks its identity, creates a volume, publishes it read-write and read-only to two
-//! pods' targets, writes through one and reads through the other, shows that the read-only one
-//! refuses writes, reads its stats, unpublishes and deletes it. Each step is printed with its
-//! duration; the last line is `PASS` or `FAIL`. Afterwards the driver is stopped, everything
-//! mounted is unmounted and the directory removed, unless `--keep` leaves the driver running.
+//! [`demo`] enters a private mount namespace and lays out a temporary directory (a tmpfs store,
+//! kubelet's root, the sockets and logs). Then, each step printed with its duration:
 //!
-//! The driver is this same executable run with the hidden `serve-driver` subcommand (see
-//! [`driver`]), so the demo needs no other binary; `--driver` runs a `tak-os-local-csi` binary
-//! instead.
+//! 1. **The local CSI driver** ([`scenario`]), a separate process: its identity, a volume
+//!    created, published read-write and read-only to two pods' targets, written through one and
+//!    read through the other, the read-only one refusing writes, its stats, unpublished and
+//!    deleted.
+//! 2. **The replicated node** ([`system`]): a second local volume published to the reference
+//!    worker group as a trusted consumer holds the group's state; the group's leader (serving
+//!    the reference CSI controller) and a follower start; the controller creates an RWO volume;
+//!    the node's mount owner and its kubelet-facing frontend start; the volume is staged (one
+//!    FUSE mount, the lease claimed) and published to two pods, written through one and read
+//!    through the other; the frontend is killed and restarted while a writer streams, with no
+//!    error and the stream read back whole; then unpublished, unstaged (the lease released),
+//!    deleted, and the local volume released and deleted.
 //!
-//! What the demo does not do: run Kubernetes, the sidecars or the replicated node; its "kubelet"
-//! and "provisioner" are the few calls those components would make for one claim.
+//! The last line is `PASS` or `FAIL`. Afterwards every process is stopped, everything mounted
+//! is unmounted and the directory removed, unless `--keep` leaves the processes running.
+//! `--local-only` and `--replicated-only` run one part (the latter keeps the workers' state in
+//! a plain directory).
+//!
+//! Every process is this same executable run with a hidden subcommand (`serve-driver`,
+//! `serve-worker`, `serve-node`; see [`driver`]), serving the library its own binary serves,
+//! so the demo needs no other binary; `--driver` runs a `tak-os-local-csi` binary instead.
+//!
+//! What the demo does not do: run Kubernetes or the sidecars; its "kubelet" and
+//! "provisioner" are the calls those components would make for these claims.
 
 #![deny(missing_docs)]
 
@@ -23,6 +36,7 @@ pub mod driver;
 pub mod namespace;
 pub mod report;
 pub mod scenario;
+pub mod system;
 pub mod workspace;
 
 use std::io::Write;
@@ -30,14 +44,14 @@ use std::net::{Ipv4Addr, SocketAddr, TcpListener};
 use std::path::Path;
 use std::time::Duration;
 
-pub use config::Options;
+pub use config::{Options, Parts};
 
-use crate::driver::{DriverProcess, Stopped};
+use crate::driver::{ServiceProcess, Stopped};
 use crate::report::{Done, Failure, Report};
 use crate::workspace::Workspace;
 
 /// How long the driver may take to exit after SIGTERM before it is killed.
-const STOP_GRACE: Duration = Duration::from_secs(5);
+const STOP_GRACE: Duration = Duration::from_secs(10);
 /// How many lines of the driver's log are shown after a failure.
 const LOG_TAIL_LINES: usize = 30;
 
@@ -83,20 +97,18 @@ fn run(options: &Options, report: &mut Report<'_>) -> Result<(), Failure> {
         );
         Ok(Done::new(workspace).detail(root).detail(layout))
     })?;
-    let (failure, mut driver) = match serve_and_drive(options, report, &workspace) {
-        Ok(driver) => (None, driver),
-        Err((failure, driver)) => (Some(failure), driver),
-    };
+    let mut services = Services::default();
+    let failure = serve_and_drive(options, report, &workspace, &mut services).err();
     if failure.is_some() {
-        log_tail(report, &workspace.driver_log());
+        for (name, log) in services.logs(&workspace) {
+            log_tail(report, name, &log);
+        }
     }
-    if options.keep
-        && let Some(driver) = driver.take_if(|d| matches!(d.process.exited(), Ok(None)))
-    {
-        keep(report, &workspace, driver);
+    if options.keep && services.all_running() {
+        keep(report, &workspace, services);
         return failure.map_or(Ok(()), Err);
     }
-    let cleaned = clean_up(report, &workspace, driver.map(|d| d.process));
+    let cleaned = clean_up(report, &workspace, services);
     // The first failure is the one to report; cleanup problems were printed anyway.
     match failure {
         Some(failure) => Err(failure),
@@ -104,30 +116,66 @@ fn run(options: &Options, report: &mut Report<'_>) -> Result<(), Failure> {
     }
 }
 
-/// A started driver and where its metrics are served.
-#[derive(Debug)]
-struct Driver {
-    process: DriverProcess,
-    metrics: SocketAddr,
+/// Every process the demo started.
+#[derive(Debug, Default)]
+struct Services {
+    driver: Option<ServiceProcess>,
+    metrics: Option<SocketAddr>,
+    replicated: system::Processes,
 }
 
-/// Starts the driver and runs the scenario. Returns the driver (absent when it never started),
-/// with the failure if there was one.
+impl Services {
+    /// The logs of the processes that were started, for a failure.
+    fn logs(&self, workspace: &Workspace) -> Vec<(&'static str, std::path::PathBuf)> {
+        let mut logs = Vec::new();
+        if self.driver.is_some() {
+            logs.push(("driver", workspace.driver_log()));
+        }
+        logs.extend(
+            system::logs(workspace)
+                .into_iter()
+                .filter(|(_, log)| log.exists()),
+        );
+        logs
+    }
+
+    /// Whether every started process still runs (`--keep` keeps only a whole system).
+    fn all_running(&mut self) -> bool {
+        let replicated = &mut self.replicated;
+        [
+            self.driver.as_mut(),
+            replicated.leader.as_mut(),
+            replicated.follower.as_mut(),
+            replicated.owner.as_mut(),
+            replicated.frontend.as_mut(),
+        ]
+        .into_iter()
+        .flatten()
+        .all(|p| matches!(p.exited(), Ok(None)))
+    }
+}
+
+/// Starts the processes and runs the parts the options select.
 fn serve_and_drive(
     options: &Options,
     report: &mut Report<'_>,
     workspace: &Workspace,
-) -> Result<Option<Driver>, (Failure, Option<Driver>)> {
+    services: &mut Services,
+) -> Result<(), Failure> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .map_err(|e| (Failure::new("build the async runtime", e), None))?;
-    let metrics =
-        free_local_port().map_err(|e| (Failure::new("find a free port for metrics", e), None))?;
-    let mut process = report
-        .sync_step("start the driver", || {
+        .map_err(|e| Failure::new("build the async runtime", e))?;
+    if options.parts.local() {
+        report.say(format_args!(
+            "-- the local CSI driver (csi.local.tak-os.org)"
+        ));
+        let metrics =
+            free_local_port().map_err(|e| Failure::new("find a free port for metrics", e))?;
+        services.metrics = Some(metrics);
+        let process = report.sync_step("start the local CSI driver", || {
             let args = driver::driver_args(workspace, metrics, options.log_format);
-            let process = DriverProcess::spawn(&options.driver, args, &workspace.driver_log())
+            let process = ServiceProcess::spawn(&options.driver, args, &workspace.driver_log())
                 .map_err(|e| format!("{e:#}"))?;
             let program = match &options.driver {
                 driver::DriverProgram::ThisExecutable => {
@@ -139,48 +187,119 @@ fn serve_and_drive(
             Ok(Done::new(process)
                 .detail(format!("pid {pid} ({program})"))
                 .detail(format!("log {}", workspace.driver_log().display())))
-        })
-        .map_err(|failure| (failure, None))?;
-    let outcome = runtime.block_on(async {
+        })?;
+        services.driver = Some(process);
+    }
+    runtime.block_on(async {
         tokio::select! {
-            outcome = scenario::run(report, workspace, &mut process, metrics) => outcome,
+            outcome = drive(options, report, workspace, services) => outcome,
             signal = observe::shutdown_signal() => Err(Failure::new("interrupted", signal)),
         }
-    });
-    let driver = Driver { process, metrics };
-    match outcome {
-        Ok(()) => Ok(Some(driver)),
-        Err(failure) => Err((failure, Some(driver))),
+    })
+}
+
+/// The parts, in order.
+async fn drive(
+    options: &Options,
+    report: &mut Report<'_>,
+    workspace: &Workspace,
+    services: &mut Services,
+) -> Result<(), Failure> {
+    if let (Some(driver), Some(metrics)) = (services.driver.as_mut(), services.metrics) {
+        report.say(format_args!(
+            "-- the local CSI driver (csi.local.tak-os.org)"
+        ));
+        scenario::run(report, workspace, driver, metrics).await?;
+    }
+    if !options.parts.replicated() {
+        return Ok(());
+    }
+    report.say(format_args!(
+        "-- the replicated node (csi.replicated.tak-os.org) on the reference worker group"
+    ));
+    let host = if options.parts.local() {
+        system::host_state_on_local_volume(report, workspace).await?
+    } else {
+        let dir = workspace.worker_dir().join("state");
+        std::fs::create_dir(&dir)
+            .map_err(|e| Failure::new("create the workers' state directory", e))?;
+        system::StateHost::Directory(dir)
+    };
+    system::run(
+        report,
+        workspace,
+        &host,
+        &mut services.replicated,
+        options.log_format,
+    )
+    .await?;
+    if options.keep {
+        // Everything stays up, the workers on their local volume.
+        return Ok(());
+    }
+    // The workers must let go of their state before the local volume can be unpublished.
+    stop_replicated(report, &mut services.replicated).await?;
+    system::release_local_state(report, workspace, &host).await
+}
+
+/// Stops the replicated part's processes (SIGTERM), each as a step, while the runtime keeps
+/// serving the demo's own connections to them.
+async fn stop_replicated(
+    report: &mut Report<'_>,
+    processes: &mut system::Processes,
+) -> Result<(), Failure> {
+    let mut result = Ok(());
+    for (name, mut process) in processes.in_stop_order() {
+        let stopped = report
+            .step(&format!("stop the {name} (SIGTERM)"), async {
+                describe_stop(name, process.stop_async(STOP_GRACE).await)
+            })
+            .await;
+        result = result.and(stopped);
+    }
+    result
+}
+
+/// Stops one process with SIGTERM as a step (no runtime runs any more).
+fn stop(report: &mut Report<'_>, name: &str, mut process: ServiceProcess) -> Result<(), Failure> {
+    report.sync_step(&format!("stop the {name} (SIGTERM)"), || {
+        describe_stop(name, process.stop(STOP_GRACE))
+    })
+}
+
+/// What a stop says: only an exit after SIGTERM is clean.
+fn describe_stop(name: &str, stopped: anyhow::Result<Stopped>) -> Result<Done<()>, String> {
+    let stopped = stopped.map_err(|e| format!("{e:#}"))?;
+    match stopped {
+        Stopped::Terminated(status) if stopped.is_clean() => {
+            Ok(Done::said(format!("exited ({status})")))
+        }
+        Stopped::Terminated(status) => Err(format!("the {name} exited with {status}")),
+        Stopped::AlreadyExited(status) => Err(format!(
+            "the {name} had already exited on its own ({status})"
+        )),
+        Stopped::Killed => Err(format!(
+            "the {name} ignored SIGTERM for {STOP_GRACE:?} and was killed"
+        )),
     }
 }
 
-/// Stops the driver and removes the temporary directory, each as a step.
+/// Stops every process and removes the temporary directory, each as a step.
 fn clean_up(
     report: &mut Report<'_>,
     workspace: &Workspace,
-    driver: Option<DriverProcess>,
+    mut services: Services,
 ) -> Result<(), Failure> {
-    let stopped = match driver {
-        None => Ok(()),
-        Some(mut driver) => report.sync_step("stop the driver (SIGTERM)", || {
-            let stopped = driver.stop(STOP_GRACE).map_err(|e| format!("{e:#}"))?;
-            match stopped {
-                Stopped::Terminated(status) if stopped.is_clean() => {
-                    Ok(Done::said(format!("exited ({status})")))
-                }
-                Stopped::Terminated(status) => Err(format!("the driver exited with {status}")),
-                Stopped::AlreadyExited(status) => Err(format!(
-                    "the driver had already exited on its own ({status})"
-                )),
-                Stopped::Killed => Err(format!(
-                    "the driver ignored SIGTERM for {STOP_GRACE:?} and was killed"
-                )),
-            }
-        }),
-    };
-    // Remove the directory even when stopping failed: the process is gone either way.
+    let mut stopped = Ok(());
+    for (name, process) in services.replicated.in_stop_order() {
+        stopped = stopped.and(stop(report, name, process));
+    }
+    if let Some(driver) = services.driver.take() {
+        stopped = stopped.and(stop(report, "local CSI driver", driver));
+    }
+    // Remove the directory even when stopping failed: the processes are gone either way.
     let removed = report.sync_step(
-        "unmount the store and remove the temporary directory",
+        "unmount what is left and remove the temporary directory",
         || {
             workspace.remove().map_err(|e| format!("{e:#}"))?;
             Ok(Done::said(format!(
@@ -192,60 +311,98 @@ fn clean_up(
     stopped.and(removed)
 }
 
-/// Leaves the driver running and says how to reach and stop it.
-fn keep(report: &mut Report<'_>, workspace: &Workspace, driver: Driver) {
-    let metrics = driver.metrics;
-    let pid = driver.process.detach();
-    let root = workspace.root().display();
-    report.say(format_args!("driver left running (--keep):"));
-    report.say(format_args!("  pid      {pid}"));
-    report.say(format_args!(
-        "  socket   unix://{}",
-        workspace.socket().display()
-    ));
-    report.say(format_args!(
-        "  store    {} (a tmpfs)",
-        workspace.store().display()
-    ));
+/// Leaves every process running and says how to reach and stop them.
+fn keep(report: &mut Report<'_>, workspace: &Workspace, mut services: Services) {
+    let root = workspace.root().display().to_string();
+    let mut pids = Vec::new();
+    report.say(format_args!("left running (--keep):"));
+    if let Some(driver) = services.driver.take() {
+        let pid = driver.detach();
+        pids.push(pid);
+        report.say(format_args!("  pid      {pid} (local CSI driver)"));
+        report.say(format_args!(
+            "  socket   unix://{}",
+            workspace.socket().display()
+        ));
+        report.say(format_args!(
+            "  store    {} (a tmpfs)",
+            workspace.store().display()
+        ));
+        if let Some(metrics) = services.metrics {
+            report.say(format_args!(
+                "  metrics  http://{metrics}/metrics (health: http://{metrics}/healthz)"
+            ));
+        }
+        report.say(format_args!(
+            "  log      {}",
+            workspace.driver_log().display()
+        ));
+    }
+    let replicated = &mut services.replicated;
+    let owner_metrics = replicated.owner_metrics;
+    let frontend_metrics = replicated.frontend_metrics;
+    let endpoints = replicated.endpoints.clone();
+    for (name, process) in replicated.in_stop_order().into_iter().rev() {
+        let pid = process.detach();
+        pids.push(pid);
+        report.say(format_args!("  pid      {pid} ({name})"));
+    }
+    if !endpoints.is_empty() {
+        let list: Vec<String> = endpoints.iter().map(|e| format!("https://{e}")).collect();
+        report.say(format_args!("  workers  {}", list.join(" ")));
+        for (name, socket) in system::sockets(workspace) {
+            report.say(format_args!(
+                "  socket   unix://{} ({name})",
+                socket.display()
+            ));
+        }
+        for (name, metrics) in [
+            ("mount owner", owner_metrics),
+            ("frontend", frontend_metrics),
+        ] {
+            if let Some(metrics) = metrics {
+                report.say(format_args!("  metrics  http://{metrics}/metrics ({name})"));
+            }
+        }
+        for (name, log) in system::logs(workspace) {
+            report.say(format_args!("  log      {} ({name})", log.display()));
+        }
+    }
     report.say(format_args!(
         "  kubelet  {}",
         workspace.kubelet_root().display()
     ));
+    let pids: Vec<String> = pids.iter().map(u32::to_string).collect();
+    let first = pids.first().cloned().unwrap_or_default();
     report.say(format_args!(
-        "  metrics  http://{metrics}/metrics (health: http://{metrics}/healthz)"
+        "  every mount is visible only in the processes' private mount namespace: \
+         nsenter -t {first} -m findmnt --list | grep {root}"
     ));
     report.say(format_args!(
-        "  log      {}",
-        workspace.driver_log().display()
-    ));
-    report.say(format_args!(
-        "  the store's tmpfs and every publication are visible only in the driver's private \
-         mount namespace: nsenter -t {pid} -m findmnt --list | grep {root}"
-    ));
-    report.say(format_args!(
-        "  stop it: kill {pid}; then rm -r {root} (the mounts vanish with the driver)"
+        "  stop them: kill {}; then rm -r {root} (the mounts vanish with the processes)",
+        pids.join(" ")
     ));
 }
 
-/// A TCP port on 127.0.0.1 that is free right now (the driver takes a fixed address).
-fn free_local_port() -> std::io::Result<SocketAddr> {
+/// A TCP port on 127.0.0.1 that is free right now (the services take fixed addresses).
+pub(crate) fn free_local_port() -> std::io::Result<SocketAddr> {
     let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?;
     listener.local_addr()
 }
 
-/// Prints the last lines of the driver's log.
-fn log_tail(report: &mut Report<'_>, log: &Path) {
+/// Prints the last lines of a process's log.
+fn log_tail(report: &mut Report<'_>, name: &str, log: &Path) {
     let Ok(text) = std::fs::read_to_string(log) else {
         return;
     };
     let lines: Vec<&str> = text.lines().collect();
     if lines.is_empty() {
-        report.say(format_args!("driver log: empty"));
+        report.say(format_args!("{name} log: empty"));
         return;
     }
     let tail = &lines[lines.len().saturating_sub(LOG_TAIL_LINES)..];
     report.say(format_args!(
-        "driver log (last {} of {} lines; --keep keeps the whole log):",
+        "{name} log (last {} of {} lines; --keep keeps the whole log):",
         tail.len(),
         lines.len()
     ));

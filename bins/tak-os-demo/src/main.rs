@@ -9,7 +9,9 @@ use tak_os_demo::{Outcome, driver};
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Some(Command::ServeDriver { args }) => serve_driver(args),
+        Some(Command::ServeDriver { args }) => serve(driver::SERVE_DRIVER, driver::serve(args)),
+        Some(Command::ServeWorker { args }) => serve("serve-worker", driver::serve_worker(args)),
+        Some(Command::ServeNode { args }) => serve("serve-node", driver::serve_node(args)),
         None => exit_code(tak_os_demo::demo(&cli.options(), &mut std::io::stdout())),
     }
 }
@@ -24,13 +26,13 @@ fn exit_code(outcome: Outcome) -> ExitCode {
 
 #[allow(
     clippy::print_stderr,
-    reason = "the driver's stderr is its log, and logging may not be set up yet"
+    reason = "a service's stderr is its log, and logging may not be set up yet"
 )]
-fn serve_driver(args: Vec<std::ffi::OsString>) -> ExitCode {
-    match driver::serve(args) {
+fn serve(subcommand: &str, result: anyhow::Result<()>) -> ExitCode {
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
-            eprintln!("tak-os-demo {}: {error:#}", driver::SERVE_DRIVER);
+            eprintln!("tak-os-demo {subcommand}: {error:#}");
             ExitCode::FAILURE
         }
     }

@@ -24,6 +24,19 @@ impl<T> Done<T> {
         }
     }
 
+    /// The same lines with the value changed by `f`.
+    pub fn map<U>(self, f: impl FnOnce(T) -> U) -> Done<U> {
+        Done {
+            value: f(self.value),
+            details: self.details,
+        }
+    }
+
+    /// The value and the lines.
+    pub fn into_parts(self) -> (T, Vec<String>) {
+        (self.value, self.details)
+    }
+
     /// Adds a line describing the result.
     #[must_use]
     pub fn detail(mut self, line: impl Into<String>) -> Self {

@@ -17,7 +17,7 @@ use csi_proto::v1::*;
 use tak_os_local_csi::driver::{DRIVER_NAME, TOPOLOGY_KEY};
 use tonic::transport::Channel;
 
-use crate::driver::{DriverProcess, NODE_ID};
+use crate::driver::{NODE_ID, ServiceProcess};
 use crate::report::{Done, Failure, Report};
 use crate::workspace::Workspace;
 
@@ -46,7 +46,7 @@ const POLL: Duration = Duration::from_millis(20);
 pub async fn run(
     report: &mut Report<'_>,
     workspace: &Workspace,
-    driver: &mut DriverProcess,
+    driver: &mut ServiceProcess,
     metrics: SocketAddr,
 ) -> Result<(), Failure> {
     let socket = workspace.socket();
@@ -61,16 +61,7 @@ pub async fn run(
     let mut node = NodeClient::new(channel);
 
     report
-        .step("GetPluginInfo", async {
-            let info = rpc(identity.get_plugin_info(GetPluginInfoRequest {})).await?;
-            if info.name != DRIVER_NAME {
-                return Err(format!(
-                    "the plugin is {:?}, expected {DRIVER_NAME:?}",
-                    info.name
-                ));
-            }
-            Ok(Done::said(format!("{} {}", info.name, info.vendor_version)))
-        })
+        .step("GetPluginInfo", plugin_info(&mut identity, DRIVER_NAME))
         .await?;
 
     report
@@ -280,21 +271,11 @@ pub async fn run(
         .await?;
 
     for (target, pod) in [(&writer, WRITER_POD), (&reader, READER_POD)] {
-        let request = NodeUnpublishVolumeRequest {
-            volume_id: volume_id.clone(),
-            target_path: path_string(target),
-        };
         report
-            .step(&format!("NodeUnpublishVolume ({pod})"), async {
-                rpc(node.node_unpublish_volume(request)).await?;
-                match std::fs::symlink_metadata(target) {
-                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                        Ok(Done::said("unmounted; the target directory is gone"))
-                    }
-                    Err(e) => Err(format!("cannot check the target {target:?}: {e}")),
-                    Ok(_) => Err(format!("the target {target:?} still exists")),
-                }
-            })
+            .step(
+                &format!("NodeUnpublishVolume ({pod})"),
+                unpublish(&mut node, &volume_id, target),
+            )
             .await?;
     }
 
@@ -337,16 +318,54 @@ pub async fn run(
     Ok(())
 }
 
+/// NodeUnpublishVolume of `target`, which must be gone afterwards.
+pub(crate) async fn unpublish(
+    node: &mut NodeClient<Channel>,
+    volume_id: &str,
+    target: &Path,
+) -> Result<Done<()>, String> {
+    rpc(node.node_unpublish_volume(NodeUnpublishVolumeRequest {
+        volume_id: volume_id.to_owned(),
+        target_path: path_string(target),
+    }))
+    .await?;
+    match std::fs::symlink_metadata(target) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            Ok(Done::said("unmounted; the target directory is gone"))
+        }
+        Err(e) => Err(format!("cannot check the target {target:?}: {e}")),
+        Ok(_) => Err(format!("the target {target:?} still exists")),
+    }
+}
+
+/// GetPluginInfo, which must name `expected`.
+pub(crate) async fn plugin_info(
+    identity: &mut IdentityClient<Channel>,
+    expected: &str,
+) -> Result<Done<()>, String> {
+    let info = rpc(identity.get_plugin_info(GetPluginInfoRequest {})).await?;
+    if info.name != expected {
+        return Err(format!(
+            "the plugin is {:?}, expected {expected:?}",
+            info.name
+        ));
+    }
+    Ok(Done::said(format!("{} {}", info.name, info.vendor_version)))
+}
+
 /// Polls until the driver serves its socket, it exits, or [`SOCKET_WAIT`] passes.
-async fn wait_for_socket(
+pub(crate) async fn wait_for_socket(
     socket: &Path,
-    driver: &mut DriverProcess,
+    driver: &mut ServiceProcess,
 ) -> Result<Done<Channel>, String> {
     let deadline = Instant::now() + SOCKET_WAIT;
     let mut last_error = String::from("the socket does not exist yet");
     loop {
         if let Some(status) = driver.exited().map_err(|e| format!("{e:#}"))? {
-            return Err(format!("the driver exited ({status}) before serving"));
+            return Err(format!(
+                "pid {} exited ({status}) before serving",
+                driver.pid()
+            ));
         }
         if socket.exists() {
             match tokio::time::timeout(CONNECT_TIMEOUT, csi_proto::connect_unix(socket)).await {
@@ -363,7 +382,7 @@ async fn wait_for_socket(
         }
         if Instant::now() >= deadline {
             return Err(format!(
-                "no driver on {socket:?} after {SOCKET_WAIT:?}: {last_error}"
+                "nothing serves {socket:?} after {SOCKET_WAIT:?}: {last_error}"
             ));
         }
         tokio::time::sleep(POLL).await;
@@ -371,7 +390,7 @@ async fn wait_for_socket(
 }
 
 /// Awaits one RPC within [`RPC_TIMEOUT`]; a failure reads `Code: message`.
-async fn rpc<T>(
+pub(crate) async fn rpc<T>(
     call: impl Future<Output = Result<tonic::Response<T>, tonic::Status>>,
 ) -> Result<T, String> {
     match tokio::time::timeout(RPC_TIMEOUT, call).await {
@@ -406,7 +425,7 @@ fn health(metrics: SocketAddr) -> Result<(), String> {
 }
 
 /// The demo's one capability: a mounted directory, SINGLE_NODE_WRITER.
-fn capability() -> VolumeCapability {
+pub(crate) fn capability() -> VolumeCapability {
     VolumeCapability {
         access_type: Some(AccessType::Mount(MountVolume::default())),
         access_mode: Some(AccessMode {
@@ -435,7 +454,7 @@ fn create_request(topology: &Topology) -> CreateVolumeRequest {
 
 /// How the target is mounted, from this namespace's mount table:
 /// `<fs type> <source>[<root>] rw|ro`.
-fn mount_summary(target: &Path) -> Result<String, String> {
+pub(crate) fn mount_summary(target: &Path) -> Result<String, String> {
     let bytes = mountinfo::read_self().map_err(|e| format!("cannot read the mount table: {e}"))?;
     let table = mountinfo::MountTable::parse(&bytes)
         .map_err(|e| format!("cannot parse the mount table: {e}"))?;
@@ -463,7 +482,7 @@ fn segments(topology: &Topology) -> String {
 }
 
 /// A byte count in the largest binary unit that keeps it at 1 or more.
-fn size(bytes: i64) -> String {
+pub(crate) fn size(bytes: i64) -> String {
     const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
     let mut value = bytes as f64;
     let mut unit = 0;
@@ -478,7 +497,7 @@ fn size(bytes: i64) -> String {
     }
 }
 
-fn path_string(path: &Path) -> String {
+pub(crate) fn path_string(path: &Path) -> String {
     path.to_string_lossy().into_owned()
 }
 

@@ -21,6 +21,10 @@ const UNMOUNT_ROUNDS: usize = 8;
 /// <root>/kubelet/     kubelet's root; targets are pods/<uid>/volumes/kubernetes.io~csi/<pv>/mount
 /// <root>/csi.sock     the driver's socket
 /// <root>/driver.log   the driver's log
+/// <root>/consumers/   the trusted consumers' root: the worker group's state is published here
+/// <root>/worker/      the worker group: PKI, token file, credentials for the node, the
+///                     controller's socket, logs (and its state, when no local volume holds it)
+/// <root>/node/        the node's sockets (frontend and mount service) and logs
 /// ```
 #[derive(Debug)]
 pub struct Workspace {
@@ -67,8 +71,17 @@ impl Workspace {
             STORE_TMPFS_OPTIONS,
         )
         .with_context(|| format!("cannot mount a tmpfs at {store:?}"))?;
-        std::fs::create_dir(self.kubelet_root())
-            .with_context(|| format!("cannot create {:?}", self.kubelet_root()))?;
+        for dir in [
+            self.kubelet_root(),
+            self.consumers(),
+            self.worker_dir(),
+            self.node_dir(),
+        ] {
+            std::fs::DirBuilder::new()
+                .mode(0o700)
+                .create(&dir)
+                .with_context(|| format!("cannot create {dir:?}"))?;
+        }
         Ok(())
     }
 
@@ -95,6 +108,21 @@ impl Workspace {
     /// The driver's log.
     pub fn driver_log(&self) -> PathBuf {
         self.root.join("driver.log")
+    }
+
+    /// The trusted consumers' root (the driver's `--consumer-mount-root`).
+    pub fn consumers(&self) -> PathBuf {
+        self.root.join("consumers")
+    }
+
+    /// The worker group's directory.
+    pub fn worker_dir(&self) -> PathBuf {
+        self.root.join("worker")
+    }
+
+    /// The node's directory: its sockets and logs.
+    pub fn node_dir(&self) -> PathBuf {
+        self.root.join("node")
     }
 
     /// Kubelet's target path for volume `pv` in pod `pod_uid`.

@@ -34,6 +34,16 @@ fn field<'a>(stdout: &'a str, label: &str) -> Option<&'a str> {
         .next()
 }
 
+/// Every PID the output names (`pid N` anywhere on a line).
+fn pids(stdout: &str) -> Vec<i32> {
+    let words: Vec<&str> = stdout.split_whitespace().collect();
+    words
+        .windows(2)
+        .filter(|w| w[0] == "pid")
+        .filter_map(|w| w[1].parse().ok())
+        .collect()
+}
+
 fn is_running(pid: i32) -> bool {
     // A zombie waiting for its (new) parent to reap it counts as stopped.
     std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
@@ -63,37 +73,96 @@ fn the_demo_passes_and_leaves_nothing_behind() {
         "{dir:?}"
     );
     assert!(!dir.exists(), "{dir:?} was left behind");
-    let pid: i32 = field(&stdout, "pid ").unwrap().parse().unwrap();
-    assert!(!is_running(pid), "the driver (pid {pid}) is still running");
+    // The driver, both workers, the owner and both frontends.
+    let pids = pids(&stdout);
+    assert!(pids.len() >= 6, "{pids:?}:\n{stdout}");
+    for pid in pids {
+        assert!(!is_running(pid), "pid {pid} is still running:\n{stdout}");
+    }
+    for proof in [
+        "NodePublishVolume to the worker group as a trusted consumer ... ok",
+        "kill the frontend (SIGKILL) and start a new one while a writer streams ... ok",
+        "zero errors",
+        "the stream is whole",
+        "mount lease released",
+    ] {
+        assert!(stdout.contains(proof), "{proof:?} missing:\n{stdout}");
+    }
+    let ours = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    assert!(!ours.contains(&dir.display().to_string()), "a mount leaked");
 }
 
 #[test]
-fn keep_leaves_a_reachable_driver_that_kill_stops() {
-    if !privileged("keep_leaves_a_reachable_driver_that_kill_stops") {
+fn each_part_runs_alone() {
+    if !privileged("each_part_runs_alone") {
+        return;
+    }
+    for (flag, absent, present) in [
+        (
+            "--local-only",
+            "the replicated node",
+            "NodePublishVolume read-only ... ok",
+        ),
+        (
+            "--replicated-only",
+            "start the local CSI driver",
+            "NodeUnstageVolume",
+        ),
+    ] {
+        let (output, stdout) = run(&[flag]).unwrap();
+        assert!(
+            output.status.success(),
+            "{flag}: exit {:?}:\n{stdout}",
+            output.status
+        );
+        assert!(!stdout.contains(absent), "{flag}:\n{stdout}");
+        assert!(stdout.contains(present), "{flag}:\n{stdout}");
+        assert!(!workspace(&stdout).unwrap().exists(), "{flag}:\n{stdout}");
+        for pid in pids(&stdout) {
+            assert!(!is_running(pid), "{flag}: pid {pid} is still running");
+        }
+    }
+}
+
+#[test]
+fn keep_leaves_reachable_processes_that_kill_stops() {
+    if !privileged("keep_leaves_reachable_processes_that_kill_stops") {
         return;
     }
     let (output, stdout) = run(&["--keep"]).unwrap();
     let dir = workspace(&stdout).unwrap();
-    let pid: i32 = field(&stdout, "pid ")
-        .and_then(|p| p.parse().ok())
-        .unwrap_or(0);
-    // Stop the kept driver whatever the assertions below say.
-    struct Stop(i32, PathBuf);
+    // The kept processes, as the "left running" lines list them.
+    let kept: Vec<i32> = stdout
+        .lines()
+        .skip_while(|l| !l.starts_with("left running"))
+        .filter_map(|l| l.trim_start().strip_prefix("pid "))
+        .filter_map(|rest| rest.split_whitespace().next()?.parse().ok())
+        .collect();
+    let pid = kept.first().copied().unwrap_or(0);
+    // Stop the kept processes whatever the assertions below say.
+    struct Stop(Vec<i32>, PathBuf);
     impl Drop for Stop {
         fn drop(&mut self) {
-            if let Some(pid) = rustix::process::Pid::from_raw(self.0) {
-                let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
+            for pid in &self.0 {
+                if let Some(pid) = rustix::process::Pid::from_raw(*pid) {
+                    let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
+                }
             }
-            let deadline = Instant::now() + Duration::from_secs(10);
-            while is_running(self.0) && Instant::now() < deadline {
+            let deadline = Instant::now() + Duration::from_secs(15);
+            while self.0.iter().any(|p| is_running(*p)) && Instant::now() < deadline {
                 std::thread::sleep(Duration::from_millis(20));
             }
-            // The driver's namespace, and with it every mount, is gone with the driver; from
-            // this namespace the directory never held a mount.
+            // The processes' namespace, and with it every mount, is gone with them; from this
+            // namespace the directory never held a mount.
             let _ = std::fs::remove_dir_all(&self.1);
         }
     }
-    let stop = Stop(pid, dir.clone());
+    let stop = Stop(kept.clone(), dir.clone());
+    assert_eq!(
+        kept.len(),
+        5,
+        "driver, leader, follower, owner, frontend:\n{stdout}"
+    );
 
     assert!(
         output.status.success(),
@@ -108,7 +177,11 @@ fn keep_leaves_a_reachable_driver_that_kill_stops() {
             .starts_with("PASS ("),
         "{stdout}"
     );
-    assert!(pid > 0 && is_running(pid), "no running driver:\n{stdout}");
+    for pid in &kept {
+        assert!(is_running(*pid), "pid {pid} is not running:\n{stdout}");
+    }
+    assert!(dir.join("node/csi.sock").exists() && dir.join("node/owner.sock").exists());
+    assert!(dir.join("worker/controller.sock").exists());
     let socket = field(&stdout, "socket ").unwrap();
     assert_eq!(socket, format!("unix://{}", dir.join("csi.sock").display()));
     assert!(dir.join("csi.sock").exists());
@@ -128,7 +201,9 @@ fn keep_leaves_a_reachable_driver_that_kill_stops() {
     );
 
     drop(stop);
-    assert!(!is_running(pid), "kill {pid} did not stop the driver");
+    for pid in &kept {
+        assert!(!is_running(*pid), "kill {pid} did not stop it");
+    }
     assert!(!dir.exists());
 }
 
@@ -141,7 +216,7 @@ fn a_driver_that_cannot_start_fails_the_demo_and_is_cleaned_up() {
     assert_eq!(output.status.code(), Some(1), "{stdout}");
     let last = stdout.lines().last().unwrap_or_default();
     assert!(
-        last.starts_with("FAIL: wait for the driver's socket: the driver exited"),
+        last.starts_with("FAIL: wait for the driver's socket: pid ") && last.contains("exited"),
         "{stdout}"
     );
     assert!(!workspace(&stdout).unwrap().exists(), "{stdout}");

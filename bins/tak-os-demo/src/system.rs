@@ -1,0 +1,1383 @@
+//! The replicated part of the demo: a worker group (leader with the reference CSI controller,
+//! and a follower) keeps its state on a local volume published to it as a trusted consumer;
+//! the controller creates an RWO volume; the node's frontend and mount owner stage it and
+//! publish it to two pods; a writer streams through one publication while the frontend is
+//! killed and restarted, and the stream is read back whole through the other; then
+//! everything is unpublished, unstaged (the lease released), deleted and stopped.
+//!
+//! Every process is this executable run with a hidden subcommand (`serve-worker`,
+//! `serve-node`), serving the same library its own binary serves.
+
+use std::collections::HashMap;
+use std::ffi::OsString;
+use std::io::{Read as _, Write as _};
+use std::net::SocketAddr;
+use std::os::unix::fs::{DirBuilderExt as _, OpenOptionsExt as _};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use csi_proto::v1::controller_client::ControllerClient;
+use csi_proto::v1::identity_client::IdentityClient;
+use csi_proto::v1::node_client::NodeClient;
+use csi_proto::v1::volume_capability::access_mode::Mode;
+use csi_proto::v1::volume_capability::{AccessMode, AccessType, MountVolume};
+use csi_proto::v1::*;
+use replicated_contract::context::VolumeContext;
+use tak_os_local_csi::config::LogFormat;
+use tonic::transport::Channel;
+
+use crate::driver::{NODE_ID, ServiceProcess};
+use crate::report::{Done, Failure, Report};
+use crate::scenario::{
+    mount_summary, path_string, plugin_info, rpc, size, unpublish, wait_for_socket,
+};
+use crate::workspace::Workspace;
+
+/// The replicated volume the demo creates.
+pub const REPLICATED_VOLUME: &str = "pvc-replicated";
+/// The local volume that holds the worker group's state.
+pub const STATE_VOLUME: &str = "pvc-worker-state";
+/// The namespace the node reads credentials from (here: the credentials directory stands in).
+const CREDENTIAL_NAMESPACE: &str = "tak-os-system";
+/// The replicated node's driver name.
+const NODE_DRIVER: &str = "csi.replicated.tak-os.org";
+/// The state volume's size; the demo's writes fit in it with room to spare.
+const STATE_REQUIRED_BYTES: i64 = 192 << 20;
+/// The trusted consumer target of the state volume: `<consumers>/<generation>/<replica>/mount`.
+const CONSUMER_GENERATION: &str = "demo";
+const CONSUMER_REPLICA: &str = "r0";
+/// The pods of the replicated volume.
+const WRITER_POD: &str = "pod-replicated-writer";
+const READER_POD: &str = "pod-replicated-reader";
+/// The file written and read through the two publications.
+const FILE_NAME: &str = "hello.txt";
+const CONTENT: &[u8] =
+    b"written on one pod's target, read on the other's, kept by the worker group\n";
+/// The file the writer streams into while the frontend restarts.
+const STREAM_FILE: &str = "stream.bin";
+/// One write of the stream.
+const CHUNK_BYTES: usize = 64 << 10;
+/// The stream stops here even if the restart takes long.
+const STREAM_LIMIT: u64 = 96 << 20;
+/// How long the writer runs before the frontend is killed, and after it is ready again.
+const STREAM_MARGIN: Duration = Duration::from_millis(400);
+/// The longest pause between two writes that still counts as "no gap".
+const LONGEST_PAUSE_ALLOWED: Duration = Duration::from_secs(2);
+/// How long a process may take to be ready.
+const READY_WAIT: Duration = Duration::from_secs(15);
+/// How often readiness is polled.
+const POLL: Duration = Duration::from_millis(20);
+
+/// The processes of the replicated part and where they listen.
+#[derive(Debug, Default)]
+pub struct Processes {
+    /// The worker group's leader, serving the reference controller.
+    pub leader: Option<ServiceProcess>,
+    /// The follower.
+    pub follower: Option<ServiceProcess>,
+    /// The node's mount owner.
+    pub owner: Option<ServiceProcess>,
+    /// The node's kubelet-facing frontend.
+    pub frontend: Option<ServiceProcess>,
+    /// Where the owner serves metrics.
+    pub owner_metrics: Option<SocketAddr>,
+    /// Where the frontend serves metrics.
+    pub frontend_metrics: Option<SocketAddr>,
+    /// The worker endpoints, leader first.
+    pub endpoints: Vec<SocketAddr>,
+}
+
+impl Processes {
+    /// The running processes, stopped in reverse start order: the frontend before the owner,
+    /// the node before the workers.
+    pub fn in_stop_order(&mut self) -> Vec<(&'static str, ServiceProcess)> {
+        [
+            ("frontend", self.frontend.take()),
+            ("mount owner", self.owner.take()),
+            ("follower", self.follower.take()),
+            ("leader", self.leader.take()),
+        ]
+        .into_iter()
+        .filter_map(|(name, process)| process.map(|p| (name, p)))
+        .collect()
+    }
+}
+
+/// Where the workers keep their state.
+#[derive(Debug)]
+pub enum StateHost {
+    /// A local volume published to the worker group as a trusted consumer.
+    LocalVolume {
+        /// The local volume's ID.
+        volume_id: String,
+        /// Its consumer target, the workers' state directory.
+        target: PathBuf,
+    },
+    /// A plain directory (`--replicated-only`).
+    Directory(PathBuf),
+}
+
+impl StateHost {
+    fn dir(&self) -> &Path {
+        match self {
+            StateHost::LocalVolume { target, .. } => target,
+            StateHost::Directory(dir) => dir,
+        }
+    }
+}
+
+/// The workspace's files of the replicated part.
+struct Files<'a>(&'a Workspace);
+
+impl Files<'_> {
+    fn worker(&self, name: &str) -> PathBuf {
+        self.0.worker_dir().join(name)
+    }
+    fn node(&self, name: &str) -> PathBuf {
+        self.0.node_dir().join(name)
+    }
+    fn credentials(&self) -> PathBuf {
+        self.worker("credentials")
+    }
+    fn controller_socket(&self) -> PathBuf {
+        self.worker("controller.sock")
+    }
+    fn owner_socket(&self) -> PathBuf {
+        self.node("owner.sock")
+    }
+    fn frontend_socket(&self) -> PathBuf {
+        self.node("csi.sock")
+    }
+    fn staging(&self) -> PathBuf {
+        self.0
+            .kubelet_root()
+            .join("plugins/kubernetes.io/csi")
+            .join(NODE_DRIVER)
+            .join("demo")
+            .join("globalmount")
+    }
+}
+
+/// The logs of the replicated part, for `--keep` and failures.
+pub fn logs(workspace: &Workspace) -> Vec<(&'static str, PathBuf)> {
+    let files = Files(workspace);
+    vec![
+        ("leader", files.worker("leader.log")),
+        ("follower", files.worker("follower.log")),
+        ("mount owner", files.node("owner.log")),
+        ("frontend", files.node("frontend.log")),
+    ]
+}
+
+/// The sockets of the replicated part, for `--keep`.
+pub fn sockets(workspace: &Workspace) -> Vec<(&'static str, PathBuf)> {
+    let files = Files(workspace);
+    vec![
+        ("reference controller", files.controller_socket()),
+        ("node (frontend)", files.frontend_socket()),
+        ("mount service (owner)", files.owner_socket()),
+    ]
+}
+
+/// Creates the local volume that holds the worker group's state and publishes it to the
+/// group as a trusted consumer, over the local driver's socket.
+pub async fn host_state_on_local_volume(
+    report: &mut Report<'_>,
+    workspace: &Workspace,
+) -> Result<StateHost, Failure> {
+    let channel = report
+        .step("connect to the local driver again", async {
+            let channel = csi_proto::connect_unix(workspace.socket())
+                .await
+                .map_err(|e| e.to_string())?;
+            Ok(Done::said(format!("unix://{}", workspace.socket().display())).map(|()| channel))
+        })
+        .await?;
+    let mut node = NodeClient::new(channel.clone());
+    let mut controller = ControllerClient::new(channel);
+    let volume = report
+        .step(
+            &format!(
+                "CreateVolume {STATE_VOLUME} on the local driver (192 MiB) for the worker group"
+            ),
+            async {
+                let info = rpc(node.node_get_info(NodeGetInfoRequest {})).await?;
+                let topology = info
+                    .accessible_topology
+                    .ok_or_else(|| "NodeGetInfo has no topology".to_owned())?;
+                let created = rpc(controller.create_volume(CreateVolumeRequest {
+                    name: STATE_VOLUME.to_owned(),
+                    capacity_range: Some(CapacityRange {
+                        required_bytes: STATE_REQUIRED_BYTES,
+                        limit_bytes: 0,
+                    }),
+                    volume_capabilities: vec![crate::scenario::capability()],
+                    accessibility_requirements: Some(TopologyRequirement {
+                        requisite: vec![topology.clone()],
+                        preferred: vec![topology],
+                    }),
+                    ..Default::default()
+                }))
+                .await?;
+                let volume = created
+                    .volume
+                    .ok_or_else(|| "the response has no volume".to_owned())?;
+                Ok(Done::said(format!(
+                    "volume id {}, capacity {}",
+                    volume.volume_id,
+                    size(volume.capacity_bytes)
+                ))
+                .map(|()| volume))
+            },
+        )
+        .await?;
+    let target = workspace
+        .consumers()
+        .join(CONSUMER_GENERATION)
+        .join(CONSUMER_REPLICA)
+        .join("mount");
+    let request = NodePublishVolumeRequest {
+        volume_id: volume.volume_id.clone(),
+        target_path: path_string(&target),
+        volume_capability: Some(crate::scenario::capability()),
+        volume_context: volume.volume_context.clone(),
+        ..Default::default()
+    };
+    report
+        .step(
+            "NodePublishVolume to the worker group as a trusted consumer",
+            async {
+                // The consumer makes <generation>/<replica>; the driver makes `mount`.
+                if let Some(parent) = target.parent() {
+                    std::fs::DirBuilder::new()
+                        .recursive(true)
+                        .mode(0o700)
+                        .create(parent)
+                        .map_err(|e| format!("the consumer's part, creating {parent:?}: {e}"))?;
+                }
+                rpc(node.node_publish_volume(request)).await?;
+                let mounted = mount_summary(&target)?;
+                Ok(Done::said(target.display().to_string())
+                    .detail(format!("mounted {mounted}"))
+                    .detail("the volume is claimed: kubelet and other consumers are refused it"))
+            },
+        )
+        .await?;
+    Ok(StateHost::LocalVolume {
+        volume_id: volume.volume_id,
+        target,
+    })
+}
+
+/// Unpublishes the workers' local volume (releasing the claim) and deletes it.
+pub async fn release_local_state(
+    report: &mut Report<'_>,
+    workspace: &Workspace,
+    host: &StateHost,
+) -> Result<(), Failure> {
+    let StateHost::LocalVolume { volume_id, target } = host else {
+        return Ok(());
+    };
+    let channel = csi_proto::connect_unix(workspace.socket())
+        .await
+        .map_err(|e| Failure::new("connect to the local driver", e))?;
+    let mut node = NodeClient::new(channel.clone());
+    let mut controller = ControllerClient::new(channel);
+    report
+        .step("NodeUnpublishVolume the trusted consumer's target", async {
+            rpc(node.node_unpublish_volume(NodeUnpublishVolumeRequest {
+                volume_id: volume_id.clone(),
+                target_path: path_string(target),
+            }))
+            .await?;
+            if target.exists() {
+                return Err(format!("{target:?} still exists"));
+            }
+            Ok(Done::said("unmounted; the claim is released"))
+        })
+        .await?;
+    report
+        .step(&format!("DeleteVolume {STATE_VOLUME}"), async {
+            rpc(controller.delete_volume(DeleteVolumeRequest {
+                volume_id: volume_id.clone(),
+                secrets: HashMap::new(),
+            }))
+            .await?;
+            Ok(Done::said(
+                "the worker group's state is gone with the local volume",
+            ))
+        })
+        .await?;
+    Ok(())
+}
+
+/// Runs the replicated part: starts the worker group and the node, and drives them.
+pub async fn run(
+    report: &mut Report<'_>,
+    workspace: &Workspace,
+    host: &StateHost,
+    processes: &mut Processes,
+    log_format: LogFormat,
+) -> Result<(), Failure> {
+    let files = Files(workspace);
+    let log_format = crate::driver::log_format_name(log_format);
+    report.sync_step(
+        "make a test CA, the workers' and the node's certificates and a token",
+        || {
+            write_pki(&files).map_err(|e| format!("{e:#}"))?;
+            Ok(Done::said(format!(
+                "{} (ca.pem, server.pem, client.pem, token)",
+                workspace.worker_dir().display()
+            )))
+        },
+    )?;
+
+    report.sync_step(
+        "start the worker group: a leader with the reference controller, and a follower",
+        || {
+            let leader = crate::free_local_port().map_err(|e| e.to_string())?;
+            let follower = crate::free_local_port().map_err(|e| e.to_string())?;
+            processes.endpoints = vec![leader, follower];
+            let group = format!("https://{leader},https://{follower}");
+            let tls = |args: &mut Vec<OsString>| {
+                for (flag, file) in [
+                    ("--cert", "server.pem"),
+                    ("--key", "server.key"),
+                    ("--client-ca", "ca.pem"),
+                    ("--token-file", "token"),
+                ] {
+                    args.push(flag.into());
+                    args.push(files.worker(file).into());
+                }
+                args.push("--log-format".into());
+                args.push(log_format.into());
+            };
+            let mut leader_args: Vec<OsString> = vec![
+                "--listen".into(),
+                leader.to_string().into(),
+                "--state-dir".into(),
+                host.dir().into(),
+                "--csi-endpoint".into(),
+                unix(&files.controller_socket()),
+                "--group-endpoint".into(),
+                group.clone().into(),
+                "--credential-namespace".into(),
+                CREDENTIAL_NAMESPACE.into(),
+                "--credentials-dir".into(),
+                files.credentials().into(),
+                "--credentials-ca".into(),
+                files.worker("ca.pem").into(),
+                "--credentials-cert".into(),
+                files.worker("client.pem").into(),
+                "--credentials-key".into(),
+                files.worker("client.key").into(),
+            ];
+            tls(&mut leader_args);
+            let mut follower_args: Vec<OsString> = vec![
+                "--listen".into(),
+                follower.to_string().into(),
+                "--follow".into(),
+                leader.to_string().into(),
+            ];
+            tls(&mut follower_args);
+            let [leader_log, follower_log] =
+                [files.worker("leader.log"), files.worker("follower.log")];
+            let spawned = ServiceProcess::spawn_self("serve-worker", leader_args, &leader_log)
+                .map_err(|e| format!("{e:#}"))?;
+            let leader_pid = spawned.pid();
+            processes.leader = Some(spawned);
+            let spawned = ServiceProcess::spawn_self("serve-worker", follower_args, &follower_log)
+                .map_err(|e| format!("{e:#}"))?;
+            let follower_pid = spawned.pid();
+            processes.follower = Some(spawned);
+            Ok(Done::said(format!(
+                "leader pid {leader_pid} on https://{leader}, state in {}",
+                host.dir().display()
+            ))
+            .detail(format!("follower pid {follower_pid} on https://{follower}"))
+            .detail(format!(
+                "logs {} and {}",
+                leader_log.display(),
+                follower_log.display()
+            )))
+        },
+    )?;
+
+    let channel = report
+        .step(
+            "wait for the reference controller's socket",
+            wait_for_socket(&files.controller_socket(), leader(processes)?),
+        )
+        .await?;
+    let mut identity = IdentityClient::new(channel.clone());
+    let mut controller = ControllerClient::new(channel);
+    report
+        .step(
+            "GetPluginInfo (reference controller)",
+            plugin_info(&mut identity, NODE_DRIVER),
+        )
+        .await?;
+
+    let create = CreateVolumeRequest {
+        name: REPLICATED_VOLUME.to_owned(),
+        capacity_range: Some(CapacityRange {
+            required_bytes: 1 << 30,
+            limit_bytes: 0,
+        }),
+        volume_capabilities: vec![rwo_capability()],
+        parameters: HashMap::from([("accessMode".to_owned(), "rwo".to_owned())]),
+        ..Default::default()
+    };
+    let volume = report
+        .step(
+            &format!("CreateVolume {REPLICATED_VOLUME} (accessMode rwo, SINGLE_NODE_WRITER) through the reference controller"),
+            async {
+                let created = rpc(controller.create_volume(create.clone())).await?;
+                let volume = created.volume.ok_or_else(|| "the response has no volume".to_owned())?;
+                let context = VolumeContext::parse(&volume.volume_context, CREDENTIAL_NAMESPACE)
+                    .map_err(|e| format!("the volume context breaks the node's contract: {e}"))?;
+                let credentials = files.credentials().join(&volume.volume_id);
+                if !credentials.join("token").is_file() {
+                    return Err(format!("no credentials were written to {credentials:?}"));
+                }
+                let state = host.dir().join("volumes").join(&volume.volume_id);
+                if !state.is_dir() {
+                    return Err(format!("the leader has no state for it at {state:?}"));
+                }
+                Ok(Done::said(format!(
+                    "generation {}, access mode {}, endpoints {}",
+                    context.generation,
+                    context.mode,
+                    context.endpoint_urls.join(" ")
+                ))
+                .detail(format!("volume state {}", state.display()))
+                .detail(format!("credentials for the node in {}", credentials.display()))
+                .map(|()| volume))
+            },
+        )
+        .await?;
+    report
+        .step(
+            "CreateVolume again (idempotent: the same generation)",
+            async {
+                let again = rpc(controller.create_volume(create.clone())).await?;
+                if again.volume.as_ref() != Some(&volume) {
+                    return Err(format!("a different volume came back: {:?}", again.volume));
+                }
+                Ok(Done::said("the same volume and volume context"))
+            },
+        )
+        .await?;
+
+    report.sync_step(
+        "start the node: the mount owner, and the frontend kubelet talks to",
+        || {
+            let owner_metrics = crate::free_local_port().map_err(|e| e.to_string())?;
+            let owner = ServiceProcess::spawn_self(
+                "serve-node",
+                owner_args(&files, owner_metrics, log_format),
+                &files.node("owner.log"),
+            )
+            .map_err(|e| format!("{e:#}"))?;
+            let owner_pid = owner.pid();
+            processes.owner = Some(owner);
+            processes.owner_metrics = Some(owner_metrics);
+            let frontend = start_frontend(&files, processes, log_format)?;
+            Ok(Done::said(format!(
+                "mount owner pid {owner_pid} serving unix://{}",
+                files.owner_socket().display()
+            ))
+            .detail(format!(
+                "frontend pid {} serving unix://{} (--mount-service unix://{})",
+                frontend,
+                files.frontend_socket().display(),
+                files.owner_socket().display()
+            )))
+        },
+    )?;
+
+    let channel = report
+        .step(
+            "wait until the frontend is ready (Probe answers through the owner)",
+            ready(&files.frontend_socket(), frontend(processes)?),
+        )
+        .await?;
+    let mut node = NodeClient::new(channel);
+    report
+        .step("NodeGetInfo through the frontend", async {
+            let info = rpc(node.node_get_info(NodeGetInfoRequest {})).await?;
+            if info.node_id != NODE_ID {
+                return Err(format!("node_id {:?}, expected {NODE_ID:?}", info.node_id));
+            }
+            Ok(Done::said(format!(
+                "node id {} (no topology: any node can mount)",
+                info.node_id
+            )))
+        })
+        .await?;
+
+    let staging = files.staging();
+    let stage = NodeStageVolumeRequest {
+        volume_id: volume.volume_id.clone(),
+        staging_target_path: path_string(&staging),
+        volume_capability: Some(rwo_capability()),
+        volume_context: volume.volume_context.clone(),
+        ..Default::default()
+    };
+    let (stage_mount, epoch) = report
+        .step(
+            "NodeStageVolume: the one FUSE mount, and the RWO lease",
+            async {
+                std::fs::create_dir_all(&staging)
+                    .map_err(|e| format!("kubelet's part, creating {staging:?}: {e}"))?;
+                rpc(node.node_stage_volume(stage.clone())).await?;
+                let mounted = mount_summary(&staging)?;
+                let id = mount_id(&staging)?;
+                let (line, epoch) = claimed(&files.node("owner.log"), 1)?;
+                Ok(Done::said(staging.display().to_string())
+                    .detail(format!("mounted {mounted} (mount id {id})"))
+                    .detail(format!("owner log: {line}"))
+                    .map(|()| (id, epoch)))
+            },
+        )
+        .await?;
+
+    let writer = workspace.target(WRITER_POD, REPLICATED_VOLUME);
+    let reader = workspace.target(READER_POD, REPLICATED_VOLUME);
+    for (target, readonly) in [(&writer, false), (&reader, true)] {
+        let how = if readonly { "read-only" } else { "read-write" };
+        let request = NodePublishVolumeRequest {
+            volume_id: volume.volume_id.clone(),
+            staging_target_path: stage.staging_target_path.clone(),
+            target_path: path_string(target),
+            volume_capability: Some(rwo_capability()),
+            readonly,
+            volume_context: volume.volume_context.clone(),
+            ..Default::default()
+        };
+        report
+            .step(
+                &format!("NodePublishVolume {how} (a bind mount of the stage)"),
+                async {
+                    workspace.create_target_parent(target).map_err(|e| {
+                        format!("kubelet's part, creating the target's parent: {e}")
+                    })?;
+                    rpc(node.node_publish_volume(request)).await?;
+                    let mounted = mount_summary(target)?;
+                    Ok(Done::said(target.display().to_string())
+                        .detail(format!("mounted {mounted}")))
+                },
+            )
+            .await?;
+    }
+
+    report.sync_step(
+        "write through one pod's target, read through the other's",
+        || {
+            let written = writer.join(FILE_NAME);
+            std::fs::write(&written, CONTENT).map_err(|e| format!("writing {written:?}: {e}"))?;
+            let read_path = reader.join(FILE_NAME);
+            let read =
+                std::fs::read(&read_path).map_err(|e| format!("reading {read_path:?}: {e}"))?;
+            if read != CONTENT {
+                return Err(format!(
+                    "read {} bytes that differ from the {} written",
+                    read.len(),
+                    CONTENT.len()
+                ));
+            }
+            let stored = host
+                .dir()
+                .join("volumes")
+                .join(&volume.volume_id)
+                .join("data")
+                .join(FILE_NAME);
+            let kept = std::fs::read(&stored).map_err(|e| format!("reading {stored:?}: {e}"))?;
+            if kept != CONTENT {
+                return Err(format!("the leader's copy at {stored:?} differs"));
+            }
+            Ok(Done::said(format!(
+                "{} bytes via {WRITER_POD}, the same bytes via {READER_POD}",
+                CONTENT.len()
+            ))
+            .detail(format!("kept by the leader at {}", stored.display())))
+        },
+    )?;
+
+    let restart = report
+        .step(
+            "kill the frontend (SIGKILL) and start a new one while a writer streams",
+            restart_frontend_under_writer(&files, processes, log_format, &writer),
+        )
+        .await?;
+    let mut node = NodeClient::new(restart.channel.clone());
+    report.sync_step(
+        "the stream is whole: every byte read back through the other pod",
+        || {
+            let read = verify_stream(&reader.join(STREAM_FILE), restart.written)?;
+            let id = mount_id(&staging)?;
+            if id != stage_mount {
+                return Err(format!(
+                    "the stage was remounted (mount id {stage_mount}, now {id})"
+                ));
+            }
+            let (_, now) = claimed(&files.node("owner.log"), 1)?;
+            if now != epoch {
+                return Err(format!(
+                    "the lease was claimed again (epoch {epoch}, now {now})"
+                ));
+            }
+            Ok(
+                Done::said(format!("{} read back and checked", size(to_i64(read))))
+                    .detail(format!(
+                        "the FUSE mount is the one staged (mount id {id}): never remounted"
+                    ))
+                    .detail(format!(
+                        "the lease is the one claimed at stage (epoch {epoch})"
+                    )),
+            )
+        },
+    )?;
+
+    for (target, pod) in [(&writer, WRITER_POD), (&reader, READER_POD)] {
+        report
+            .step(
+                &format!("NodeUnpublishVolume ({pod})"),
+                unpublish(&mut node, &volume.volume_id, target),
+            )
+            .await?;
+    }
+
+    report
+        .step("NodeUnstageVolume: unmount, release the lease", async {
+            rpc(node.node_unstage_volume(NodeUnstageVolumeRequest {
+                volume_id: volume.volume_id.clone(),
+                staging_target_path: stage.staging_target_path.clone(),
+            }))
+            .await?;
+            if mount_id(&staging).is_ok() {
+                return Err(format!("{staging:?} is still mounted"));
+            }
+            let released = released(&files.node("owner.log"), &epoch)?;
+            Ok(Done::said("the stage is unmounted").detail(format!("owner log: {released}")))
+        })
+        .await?;
+
+    owner_killed(
+        report, &files, processes, log_format, &mut node, &stage, &writer,
+    )
+    .await?;
+
+    let delete = DeleteVolumeRequest {
+        volume_id: volume.volume_id.clone(),
+        secrets: HashMap::new(),
+    };
+    report
+        .step(
+            &format!("DeleteVolume {REPLICATED_VOLUME} through the reference controller"),
+            async {
+                rpc(controller.delete_volume(delete.clone())).await?;
+                let state = host.dir().join("volumes").join(&volume.volume_id);
+                if state.exists() {
+                    return Err(format!("the leader still has {state:?}"));
+                }
+                let credentials = files.credentials().join(&volume.volume_id);
+                if credentials.exists() {
+                    return Err(format!("the credentials remain in {credentials:?}"));
+                }
+                Ok(Done::said(
+                    "the volume's state, data and credentials are gone",
+                ))
+            },
+        )
+        .await?;
+    report
+        .step("DeleteVolume again (idempotent)", async {
+            rpc(controller.delete_volume(delete.clone())).await?;
+            Ok(Done::said("OK for a deleted volume"))
+        })
+        .await?;
+    Ok(())
+}
+
+/// What a user sees today when the mount owner dies (until the owner hand-off lands): the
+/// volume staged again (the released lease claimed at once), published, the owner killed with
+/// SIGKILL, the target answering ENOTCONN, a new owner started, and the dead stage unpublished
+/// and unstaged through it, the lease released with the epoch of the session record.
+async fn owner_killed(
+    report: &mut Report<'_>,
+    files: &Files<'_>,
+    processes: &mut Processes,
+    log_format: &str,
+    node: &mut NodeClient<Channel>,
+    stage: &NodeStageVolumeRequest,
+    target: &Path,
+) -> Result<(), Failure> {
+    let log = files.node("owner.log");
+    report.say(format_args!(
+        "-- the mount owner killed: its mounts break until the owner hand-off lands"
+    ));
+    let epoch = report
+        .step(
+            "NodeStageVolume again: the released lease is claimed at once",
+            async {
+                rpc(node.node_stage_volume(stage.clone())).await?;
+                let (line, epoch) = claimed(&log, 2)?;
+                Ok(Done::said(format!("owner log: {line}")).map(|()| epoch))
+            },
+        )
+        .await?;
+    let publish = NodePublishVolumeRequest {
+        volume_id: stage.volume_id.clone(),
+        staging_target_path: stage.staging_target_path.clone(),
+        target_path: path_string(target),
+        volume_capability: stage.volume_capability.clone(),
+        volume_context: stage.volume_context.clone(),
+        ..Default::default()
+    };
+    report
+        .step("NodePublishVolume read-write", async {
+            rpc(node.node_publish_volume(publish)).await?;
+            let file = target.join(FILE_NAME);
+            std::fs::write(&file, CONTENT).map_err(|e| format!("writing {file:?}: {e}"))?;
+            Ok(Done::said(format!("{} written through it", file.display())))
+        })
+        .await?;
+    let killed_at = Instant::now();
+    report.sync_step("kill the mount owner (SIGKILL)", || {
+        let owner = processes
+            .owner
+            .as_mut()
+            .ok_or_else(|| "the owner was not started".to_owned())?;
+        let pid = owner.pid();
+        owner.kill().map_err(|e| format!("{e:#}"))?;
+        processes.owner = None;
+        let seen = access_dead_mount(&target.join(FILE_NAME))?;
+        Ok(Done::said(format!("pid {pid} killed"))
+            .detail(format!("a read through the pod's target: {seen}")))
+    })?;
+    report.sync_step("start a new mount owner", || {
+        let metrics = processes
+            .owner_metrics
+            .ok_or_else(|| "the owner's metrics address is unknown".to_owned())?;
+        let owner = ServiceProcess::spawn_self_appending(
+            "serve-node",
+            owner_args(files, metrics, log_format),
+            &log,
+        )
+        .map_err(|e| format!("{e:#}"))?;
+        let pid = owner.pid();
+        processes.owner = Some(owner);
+        Ok(Done::said(format!("pid {pid}, the same flags")))
+    })?;
+    let unpublish = NodeUnpublishVolumeRequest {
+        volume_id: stage.volume_id.clone(),
+        target_path: path_string(target),
+    };
+    let unstage = NodeUnstageVolumeRequest {
+        volume_id: stage.volume_id.clone(),
+        staging_target_path: stage.staging_target_path.clone(),
+    };
+    let staging = PathBuf::from(&stage.staging_target_path);
+    report
+        .step(
+            "NodeUnpublishVolume and NodeUnstageVolume through the new owner",
+            async {
+                // Kubelet retries while the new owner starts: UNAVAILABLE until it serves.
+                let deadline = Instant::now() + READY_WAIT;
+                loop {
+                    match rpc(node.node_unpublish_volume(unpublish.clone())).await {
+                        Ok(_) => break,
+                        Err(error)
+                            if Instant::now() < deadline && error.starts_with("Unavailable") =>
+                        {
+                            tokio::time::sleep(POLL).await;
+                        }
+                        Err(error) => return Err(error),
+                    }
+                }
+                rpc(node.node_unstage_volume(unstage)).await?;
+                let clean = killed_at.elapsed();
+                if target.exists() {
+                    return Err(format!("the target {target:?} still exists"));
+                }
+                if mount_id(&staging).is_ok() {
+                    return Err(format!("{staging:?} is still mounted"));
+                }
+                let released = released(&log, &epoch)?;
+                Ok(Done::said(format!(
+                    "{:.1} ms from the kill to a clean unstage (owner kill to clean unstage)",
+                    ms(clean)
+                ))
+                .detail("nothing is left mounted")
+                .detail(format!("owner log: {released}")))
+            },
+        )
+        .await?;
+    Ok(())
+}
+
+/// Reads `path` through a dead FUSE mount on a thread of its own, so that even an unexpected
+/// hang cannot stop the demo; says what the reader saw.
+fn access_dead_mount(path: &Path) -> Result<String, String> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let path = path.to_owned();
+    std::thread::Builder::new()
+        .name("demo-dead-read".into())
+        .spawn(move || {
+            let _ = tx.send(std::fs::read(&path).map(|bytes| bytes.len()));
+        })
+        .map_err(|e| format!("cannot start the reader: {e}"))?;
+    match rx.recv_timeout(Duration::from_secs(5)) {
+        Ok(Err(e)) if dead_connection(&e) => Ok(format!("{e}")),
+        Ok(Err(e)) => Err(format!(
+            "the read failed, but not with ENOTCONN or ECONNABORTED: {e}"
+        )),
+        Ok(Ok(n)) => Err(format!("the read through a dead mount returned {n} bytes")),
+        Err(_) => Err("the read through the dead mount hung for 5 s".to_owned()),
+    }
+}
+
+/// What the kernel answers on a FUSE mount whose connection is gone.
+fn dead_connection(error: &std::io::Error) -> bool {
+    use rustix::io::Errno;
+    [Errno::NOTCONN, Errno::CONNABORTED]
+        .iter()
+        .any(|errno| error.raw_os_error() == Some(errno.raw_os_error()))
+}
+
+fn leader(processes: &mut Processes) -> Result<&mut ServiceProcess, Failure> {
+    processes
+        .leader
+        .as_mut()
+        .ok_or_else(|| Failure::new("the leader", "it was not started"))
+}
+
+fn frontend(processes: &mut Processes) -> Result<&mut ServiceProcess, Failure> {
+    processes
+        .frontend
+        .as_mut()
+        .ok_or_else(|| Failure::new("the frontend", "it was not started"))
+}
+
+fn unix(path: &Path) -> OsString {
+    let mut endpoint = OsString::from("unix://");
+    endpoint.push(path);
+    endpoint
+}
+
+fn rwo_capability() -> VolumeCapability {
+    VolumeCapability {
+        access_type: Some(AccessType::Mount(MountVolume::default())),
+        access_mode: Some(AccessMode {
+            mode: Mode::SingleNodeWriter as i32,
+        }),
+    }
+}
+
+fn owner_args(files: &Files<'_>, metrics: SocketAddr, log_format: &str) -> Vec<OsString> {
+    vec![
+        "--csi-endpoint".into(),
+        unix(&files.owner_socket()),
+        "--node-id".into(),
+        NODE_ID.into(),
+        "--kubelet-root".into(),
+        files.0.kubelet_root().into(),
+        "--credentials-dir".into(),
+        files.credentials().into(),
+        "--credential-namespace".into(),
+        CREDENTIAL_NAMESPACE.into(),
+        "--metrics-address".into(),
+        metrics.to_string().into(),
+        "--log-format".into(),
+        log_format.into(),
+    ]
+}
+
+/// Starts a frontend; returns its PID.
+fn start_frontend(
+    files: &Files<'_>,
+    processes: &mut Processes,
+    log_format: &str,
+) -> Result<u32, String> {
+    let metrics = crate::free_local_port().map_err(|e| e.to_string())?;
+    let args: Vec<OsString> = vec![
+        "--csi-endpoint".into(),
+        unix(&files.frontend_socket()),
+        "--mount-service".into(),
+        unix(&files.owner_socket()),
+        "--node-id".into(),
+        NODE_ID.into(),
+        "--kubelet-root".into(),
+        files.0.kubelet_root().into(),
+        "--metrics-address".into(),
+        metrics.to_string().into(),
+        "--log-format".into(),
+        log_format.into(),
+    ];
+    let log = files.node("frontend.log");
+    // A restarted frontend appends to the same log.
+    let frontend = ServiceProcess::spawn_self_appending("serve-node", args, &log)
+        .map_err(|e| format!("{e:#}"))?;
+    let pid = frontend.pid();
+    processes.frontend = Some(frontend);
+    processes.frontend_metrics = Some(metrics);
+    Ok(pid)
+}
+
+/// Waits for the socket, then until Probe answers ready.
+async fn ready(socket: &Path, process: &mut ServiceProcess) -> Result<Done<Channel>, String> {
+    let connected = wait_for_socket(socket, process).await?;
+    let (channel, details) = connected.into_parts();
+    let mut identity = IdentityClient::new(channel.clone());
+    let deadline = Instant::now() + READY_WAIT;
+    loop {
+        match rpc(identity.probe(ProbeRequest {})).await {
+            Ok(ProbeResponse {
+                ready: Some(true) | None,
+            }) => break,
+            Ok(_) | Err(_) if Instant::now() < deadline => tokio::time::sleep(POLL).await,
+            Ok(_) => return Err(format!("not ready after {READY_WAIT:?}")),
+            Err(error) => return Err(format!("not ready after {READY_WAIT:?}: {error}")),
+        }
+    }
+    let mut done = Done::new(channel);
+    for line in details {
+        done = done.detail(line);
+    }
+    Ok(done.detail("Probe: ready"))
+}
+
+/// What the frontend restart under a writer measured.
+struct Restart {
+    channel: Channel,
+    written: u64,
+}
+
+async fn restart_frontend_under_writer(
+    files: &Files<'_>,
+    processes: &mut Processes,
+    log_format: &str,
+    writer: &Path,
+) -> Result<Done<Restart>, String> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let path = writer.join(STREAM_FILE);
+    let stream = {
+        let stop = Arc::clone(&stop);
+        std::thread::Builder::new()
+            .name("demo-writer".into())
+            .spawn(move || write_stream(&path, &stop))
+            .map_err(|e| format!("cannot start the writer: {e}"))?
+    };
+    tokio::time::sleep(STREAM_MARGIN).await;
+    let killed_at = Instant::now();
+    let old_pid = frontend(processes).map_err(|f| f.reason)?.pid();
+    frontend(processes)
+        .map_err(|f| f.reason)?
+        .kill()
+        .map_err(|e| format!("{e:#}"))?;
+    let new_pid = start_frontend(files, processes, log_format)?;
+    let ready = ready(
+        &files.frontend_socket(),
+        frontend(processes).map_err(|f| f.reason)?,
+    )
+    .await;
+    let ready_at = Instant::now();
+    if ready.is_ok() {
+        tokio::time::sleep(STREAM_MARGIN).await;
+    }
+    stop.store(true, Ordering::SeqCst);
+    let stream = stream
+        .join()
+        .map_err(|_| "the writer thread panicked".to_owned())?;
+    let channel = ready?.into_parts().0;
+    if let Some(error) = &stream.error {
+        return Err(format!(
+            "the writer saw an I/O error after {}: {error}",
+            size(to_i64(stream.written))
+        ));
+    }
+    let figures = stream.figures(killed_at, ready_at);
+    if figures.longest_pause > LONGEST_PAUSE_ALLOWED {
+        return Err(format!(
+            "the writer stalled for {:?} while the frontend restarted",
+            figures.longest_pause
+        ));
+    }
+    Ok(Done::new(Restart {
+        channel,
+        written: stream.written,
+    })
+    .detail(format!(
+        "frontend pid {old_pid} killed; pid {new_pid} ready {:.1} ms later (restart to ready)",
+        ms(ready_at - killed_at)
+    ))
+    .detail(format!(
+        "writer: {} in {} writes of {}, zero errors",
+        size(to_i64(stream.written)),
+        stream.completions.len(),
+        size(to_i64(CHUNK_BYTES as u64))
+    ))
+    .detail(format!(
+        "throughput {:.1} MiB/s before the kill, {:.1} MiB/s while the frontend was down, {:.1} MiB/s after",
+        figures.before, figures.during, figures.after
+    ))
+    .detail(format!(
+        "longest pause between writes {:.1} ms (median {:.2} ms): kubelet's socket is not in the I/O path",
+        ms(figures.longest_pause),
+        ms(figures.median_pause)
+    )))
+}
+
+/// What the writer thread did.
+struct Stream {
+    written: u64,
+    completions: Vec<(Instant, u64)>,
+    error: Option<String>,
+    started: Instant,
+}
+
+/// Throughput in MiB/s per window and the pauses between writes.
+struct Figures {
+    before: f64,
+    during: f64,
+    after: f64,
+    longest_pause: Duration,
+    median_pause: Duration,
+}
+
+impl Stream {
+    fn figures(&self, killed_at: Instant, ready_at: Instant) -> Figures {
+        let end = self.completions.last().map_or(ready_at, |(at, _)| *at);
+        let rate = |from: Instant, to: Instant| {
+            let bytes: u64 = self
+                .completions
+                .iter()
+                .filter(|(at, _)| *at > from && *at <= to)
+                .map(|(_, n)| *n)
+                .sum();
+            let seconds = to.saturating_duration_since(from).as_secs_f64();
+            if seconds > 0.0 {
+                bytes as f64 / seconds / f64::from(1u32 << 20)
+            } else {
+                0.0
+            }
+        };
+        let mut pauses: Vec<Duration> = std::iter::once(self.started)
+            .chain(self.completions.iter().map(|(at, _)| *at))
+            .collect::<Vec<_>>()
+            .windows(2)
+            .map(|w| w[1] - w[0])
+            .collect();
+        pauses.sort();
+        Figures {
+            before: rate(self.started, killed_at),
+            during: rate(killed_at, ready_at),
+            after: rate(ready_at, end),
+            longest_pause: pauses.last().copied().unwrap_or_default(),
+            median_pause: pauses.get(pauses.len() / 2).copied().unwrap_or_default(),
+        }
+    }
+}
+
+/// Writes the pattern in [`CHUNK_BYTES`] pieces until told to stop, then fsyncs.
+fn write_stream(path: &Path, stop: &AtomicBool) -> Stream {
+    let started = Instant::now();
+    let mut stream = Stream {
+        written: 0,
+        completions: Vec::new(),
+        error: None,
+        started,
+    };
+    let mut file = match std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o644)
+        .open(path)
+    {
+        Ok(file) => file,
+        Err(e) => {
+            stream.error = Some(format!("creating {path:?}: {e}"));
+            return stream;
+        }
+    };
+    let mut chunk = vec![0u8; CHUNK_BYTES];
+    while !stop.load(Ordering::SeqCst) && stream.written < STREAM_LIMIT {
+        fill(&mut chunk, stream.written);
+        if let Err(e) = file.write_all(&chunk) {
+            stream.error = Some(format!("writing at offset {}: {e}", stream.written));
+            return stream;
+        }
+        stream.written += CHUNK_BYTES as u64;
+        stream
+            .completions
+            .push((Instant::now(), CHUNK_BYTES as u64));
+    }
+    if let Err(e) = file.sync_all() {
+        stream.error = Some(format!("fsync: {e}"));
+    }
+    stream
+}
+
+/// The stream's content: each 8-byte word holds its own offset.
+fn fill(buf: &mut [u8], offset: u64) {
+    for (i, word) in buf.chunks_exact_mut(8).enumerate() {
+        word.copy_from_slice(&(offset + 8 * i as u64).to_le_bytes());
+    }
+}
+
+/// Reads the stream back and checks every byte; returns how many were read.
+fn verify_stream(path: &Path, written: u64) -> Result<u64, String> {
+    let mut file = std::fs::File::open(path).map_err(|e| format!("opening {path:?}: {e}"))?;
+    let mut chunk = vec![0u8; CHUNK_BYTES];
+    let mut expected = vec![0u8; CHUNK_BYTES];
+    let mut offset = 0u64;
+    loop {
+        let n =
+            read_full(&mut file, &mut chunk).map_err(|e| format!("reading at {offset}: {e}"))?;
+        if n == 0 {
+            break;
+        }
+        fill(&mut expected, offset);
+        if chunk[..n] != expected[..n] {
+            return Err(format!(
+                "the bytes at offset {offset} differ from what was written"
+            ));
+        }
+        offset += n as u64;
+    }
+    if offset != written {
+        return Err(format!("read {offset} bytes, {written} were written"));
+    }
+    Ok(offset)
+}
+
+fn read_full(file: &mut std::fs::File, buf: &mut [u8]) -> std::io::Result<usize> {
+    let mut filled = 0;
+    while filled < buf.len() {
+        match file.read(&mut buf[filled..])? {
+            0 => break,
+            n => filled += n,
+        }
+    }
+    Ok(filled)
+}
+
+/// The mount ID of what is mounted at `path`.
+fn mount_id(path: &Path) -> Result<u64, String> {
+    let bytes = mountinfo::read_self().map_err(|e| format!("cannot read the mount table: {e}"))?;
+    let table = mountinfo::MountTable::parse(&bytes)
+        .map_err(|e| format!("cannot parse the mount table: {e}"))?;
+    table
+        .by_mount_point(path)
+        .map(|m| m.mount_id())
+        .ok_or_else(|| format!("nothing is mounted at {path:?}"))
+}
+
+/// The lines of a log that carry `message`.
+fn log_lines(log: &Path, message: &str) -> Result<Vec<String>, String> {
+    let text = std::fs::read_to_string(log).map_err(|e| format!("reading {log:?}: {e}"))?;
+    Ok(text
+        .lines()
+        .filter(|line| line.contains(message))
+        .map(|line| line.trim().to_owned())
+        .collect())
+}
+
+/// The value of `key` in a log line, text (`key=value`) or JSON (`"key":"value"` or
+/// `"key":value`).
+fn log_field<'l>(line: &'l str, key: &str) -> Option<&'l str> {
+    let text = format!("{key}=");
+    let json = format!("\"{key}\":");
+    let (start, rest) = if let Some(at) = line.find(&text) {
+        (at + text.len(), &line[at + text.len()..])
+    } else {
+        let at = line.find(&json)?;
+        (at + json.len(), &line[at + json.len()..])
+    };
+    let quoted = rest.starts_with('"');
+    let from = start + usize::from(quoted);
+    let value = &line[from..];
+    let end = value
+        .find(|c: char| {
+            if quoted {
+                c == '"'
+            } else {
+                c.is_whitespace() || c == ',' || c == '}'
+            }
+        })
+        .unwrap_or(value.len());
+    Some(&value[..end])
+}
+
+/// The owner's claims of the lease so far, which must be `expected` many; the last one's line
+/// and epoch.
+fn claimed(log: &Path, expected: usize) -> Result<(String, String), String> {
+    let lines = log_lines(log, "mount lease claimed")?;
+    if lines.len() != expected {
+        return Err(format!(
+            "the owner's log shows {} claims of the lease, expected {expected}",
+            lines.len()
+        ));
+    }
+    let line = lines
+        .last()
+        .ok_or_else(|| "the owner's log shows no claim of the lease".to_owned())?;
+    let epoch = log_field(line, "epoch").ok_or_else(|| format!("no epoch in {line:?}"))?;
+    Ok((line.clone(), epoch.to_owned()))
+}
+
+/// The owner's release of the lease by its holder, with the claimed epoch.
+fn released(log: &Path, epoch: &str) -> Result<String, String> {
+    log_lines(log, "mount lease released")?
+        .into_iter()
+        .rev()
+        .find(|line| log_field(line, "was_holder") == Some("true"))
+        .filter(|line| log_field(line, "epoch") == Some(epoch))
+        .ok_or_else(|| {
+            format!("the owner's log {log:?} does not show epoch {epoch} released by its holder")
+        })
+}
+
+fn write_pki(files: &Files<'_>) -> anyhow::Result<()> {
+    use anyhow::Context as _;
+    let pki = worker::testing::Pki::generate("tak-os-demo")?;
+    let mut token = [0u8; 32];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut random| random.read_exact(&mut token))
+        .context("cannot read /dev/urandom for a token")?;
+    let token: String = token.iter().map(|b| format!("{b:02x}")).collect();
+    for (name, content) in [
+        ("ca.pem", pki.ca_pem.as_str()),
+        ("server.pem", pki.server_pem.as_str()),
+        ("server.key", pki.server_key.as_str()),
+        ("client.pem", pki.client_pem.as_str()),
+        ("client.key", pki.client_key.as_str()),
+        ("token", token.as_str()),
+    ] {
+        let path = files.worker(name);
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&path)
+            .with_context(|| format!("cannot create {path:?}"))?;
+        file.write_all(content.as_bytes())
+            .with_context(|| format!("cannot write {path:?}"))?;
+    }
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .create(files.credentials())
+        .with_context(|| format!("cannot create {:?}", files.credentials()))?;
+    Ok(())
+}
+
+fn ms(duration: Duration) -> f64 {
+    duration.as_secs_f64() * 1e3
+}
+
+fn to_i64(bytes: u64) -> i64 {
+    i64::try_from(bytes).unwrap_or(i64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_stream_pattern_names_every_offset_and_is_verified_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s");
+        let mut bytes = vec![0u8; 3 * CHUNK_BYTES];
+        for (i, chunk) in bytes.chunks_mut(CHUNK_BYTES).enumerate() {
+            fill(chunk, (i * CHUNK_BYTES) as u64);
+        }
+        assert_eq!(&bytes[8..16], &8u64.to_le_bytes());
+        std::fs::write(&path, &bytes).unwrap();
+        assert_eq!(
+            verify_stream(&path, bytes.len() as u64),
+            Ok(bytes.len() as u64)
+        );
+        assert!(
+            verify_stream(&path, 1)
+                .unwrap_err()
+                .contains("were written")
+        );
+        bytes[CHUNK_BYTES + 5] ^= 1;
+        std::fs::write(&path, &bytes).unwrap();
+        let error = verify_stream(&path, bytes.len() as u64).unwrap_err();
+        assert!(error.contains(&format!("offset {CHUNK_BYTES}")), "{error}");
+    }
+
+    #[test]
+    fn figures_split_the_stream_at_the_kill_and_the_ready() {
+        let started = Instant::now();
+        let at = |ms: u64| started + Duration::from_millis(ms);
+        let stream = Stream {
+            written: 4 << 20,
+            completions: vec![
+                (at(100), 1 << 20),
+                (at(200), 1 << 20),
+                (at(700), 1 << 20),
+                (at(800), 1 << 20),
+            ],
+            error: None,
+            started,
+        };
+        let figures = stream.figures(at(250), at(650));
+        assert!((figures.before - 8.0).abs() < 1e-6, "{}", figures.before);
+        assert!(figures.during.abs() < 1e-6);
+        assert!(
+            (figures.after - 2.0 / 0.15).abs() < 1e-6,
+            "{}",
+            figures.after
+        );
+        assert_eq!(figures.longest_pause, Duration::from_millis(500));
+        assert_eq!(figures.median_pause, Duration::from_millis(100));
+    }
+
+    #[test]
+    fn log_fields_are_read_from_text_and_json_lines() {
+        let text = "2026-12-01T00:00:00Z  INFO mount lease released volume=pvc-1 epoch=00ab was_holder=true";
+        assert_eq!(log_field(text, "epoch"), Some("00ab"));
+        assert_eq!(log_field(text, "was_holder"), Some("true"));
+        let json =
+            r#"{"fields":{"message":"mount lease released","epoch":"00ab","was_holder":true}}"#;
+        assert_eq!(log_field(json, "epoch"), Some("00ab"));
+        assert_eq!(log_field(json, "was_holder"), Some("true"));
+        assert_eq!(log_field(json, "volume"), None);
+    }
+
+    #[test]
+    fn only_one_claim_and_its_release_by_the_holder_count() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("owner.log");
+        let claim = "INFO mount lease claimed volume=v epoch=e1 lease_seconds=90\n";
+        std::fs::write(&log, claim).unwrap();
+        assert_eq!(claimed(&log, 1).unwrap().1, "e1");
+        std::fs::write(&log, format!("{claim}{claim}")).unwrap();
+        assert!(claimed(&log, 1).unwrap_err().contains("2 claims"));
+        assert_eq!(claimed(&log, 2).unwrap().1, "e1");
+        assert!(claimed(&dir.path().join("absent"), 0).is_err());
+        std::fs::write(
+            &log,
+            "INFO mount lease released volume=v epoch=e1 was_holder=false\n",
+        )
+        .unwrap();
+        assert!(released(&log, "e1").is_err());
+        std::fs::write(
+            &log,
+            "INFO mount lease released volume=v epoch=e0 was_holder=true\n",
+        )
+        .unwrap();
+        assert!(released(&log, "e1").is_err());
+        std::fs::write(
+            &log,
+            "INFO mount lease released volume=v epoch=e1 was_holder=true\n",
+        )
+        .unwrap();
+        assert!(released(&log, "e1").unwrap().contains("epoch=e1"));
+    }
+}
