@@ -202,7 +202,7 @@ pub struct Cli {
     /// The namespace of the volumes' credential Secrets, put in every volume context.
     #[arg(long, env = "TAK_OS_WORKER_CREDENTIAL_NAMESPACE")]
     pub credential_namespace: Option<String>,
-    /// Development only: write each created volume's credentials to DIR/<volume-id>/ (the
+    /// Development only: write each created volume's credentials to `DIR/<volume-id>/` (the
     /// node's --credentials-dir), from --credentials-ca, --credentials-cert, --credentials-key
     /// and the first token of --token-file.
     #[arg(
