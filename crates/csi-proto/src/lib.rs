@@ -72,7 +72,10 @@ mod socket;
 
 pub use endpoint::{MAX_SOCKET_PATH_LEN, UnixEndpoint};
 pub use error::{EndpointProblem, Error, FileKind};
-pub use socket::{bind_unix, connect_unix, connect_unix_lazy, serve_on, serve_unix};
+pub use socket::{
+    SHUTDOWN_GRACE, bind_unix, connect_unix, connect_unix_lazy, serve_on, serve_on_with_grace,
+    serve_unix,
+};
 
 /// NodeGetCapabilities' answer: the node service RPC capabilities `types`, in order.
 pub fn node_capabilities(

@@ -80,12 +80,33 @@ fn remove_stale_socket(path: &Path) -> Result<(), Error> {
     }
 }
 
+/// How long a shutdown waits for connections to finish before the server stops anyway.
+///
+/// A graceful HTTP/2 shutdown waits for each client to acknowledge it; a client that never
+/// answers (stuck, or its runtime no longer polled) would otherwise hold the process past its
+/// termination grace period, until it is killed.
+pub const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// Serves `router` on an already bound listener until `shutdown` completes.
 ///
-/// Graceful: once `shutdown` resolves, no new connections are accepted and calls in flight
-/// are allowed to finish. The socket file is left in place; the next [`bind_unix`] on the
-/// same path replaces it.
+/// Graceful within [`SHUTDOWN_GRACE`]: once `shutdown` resolves, no new connections are
+/// accepted and calls in flight are allowed to finish; past the grace, the server stops
+/// waiting and returns (connections still open are closed when the runtime ends). The socket
+/// file is left in place; the next [`bind_unix`] on the same path replaces it.
 pub async fn serve_on<F>(listener: UnixListener, router: Router, shutdown: F) -> Result<(), Error>
+where
+    F: Future<Output = ()>,
+{
+    serve_on_with_grace(listener, router, shutdown, SHUTDOWN_GRACE).await
+}
+
+/// [`serve_on`] with a grace of `grace` instead of [`SHUTDOWN_GRACE`].
+pub async fn serve_on_with_grace<F>(
+    listener: UnixListener,
+    router: Router,
+    shutdown: F,
+    grace: std::time::Duration,
+) -> Result<(), Error>
 where
     F: Future<Output = ()>,
 {
@@ -93,10 +114,23 @@ where
         .local_addr()
         .ok()
         .and_then(|addr| addr.as_pathname().map(Path::to_owned));
-    router
-        .serve_with_incoming_shutdown(UnixListenerStream::new(listener), shutdown)
-        .await
-        .map_err(|source| Error::Serve { path, source })
+    let (asked, shutting_down) = tokio::sync::oneshot::channel::<()>();
+    let serving = router.serve_with_incoming_shutdown(UnixListenerStream::new(listener), async {
+        shutdown.await;
+        let _ = asked.send(());
+    });
+    tokio::pin!(serving);
+    let result = tokio::select! {
+        result = &mut serving => result,
+        Ok(()) = shutting_down => {
+            match tokio::time::timeout(grace, &mut serving).await {
+                Ok(result) => result,
+                // The connections that did not finish are given up on.
+                Err(_) => Ok(()),
+            }
+        }
+    };
+    result.map_err(|source| Error::Serve { path, source })
 }
 
 /// Binds `path` (see [`bind_unix`]) and serves `router` on it until `shutdown` completes.

@@ -234,3 +234,87 @@ fn service_names_and_rpc_paths_are_the_specifications() {
         );
     }
 }
+
+/// A client whose connection nobody drives any more: one call made on a runtime of its own,
+/// after which that runtime is never polled again (it answers no HTTP/2 ping, sends no
+/// GOAWAY acknowledgement, never closes). Returns the runtime and channel, to be dropped only
+/// after the test.
+fn parked_client(
+    path: &Path,
+) -> (
+    tokio::runtime::Runtime,
+    IdentityClient<tonic::transport::Channel>,
+) {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("client runtime");
+    let client = runtime.block_on(async {
+        let channel = csi_proto::connect_unix(path).await.expect("connect");
+        let mut client = IdentityClient::new(channel);
+        client
+            .get_plugin_info(csi::GetPluginInfoRequest {})
+            .await
+            .expect("plugin info");
+        client
+    });
+    (runtime, client)
+}
+
+#[test]
+fn a_shutdown_ends_within_its_grace_even_when_a_client_never_answers() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("csi.sock");
+    let server = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .expect("server runtime");
+    let listener = server.block_on(async { csi_proto::bind_unix(&path).expect("bind") });
+    let (stop, stopped) = oneshot::channel::<()>();
+    let grace = Duration::from_millis(300);
+    let task = server.spawn(csi_proto::serve_on_with_grace(
+        listener,
+        router(),
+        async {
+            let _ = stopped.await;
+        },
+        grace,
+    ));
+    let parked = parked_client(&path);
+
+    let asked = std::time::Instant::now();
+    stop.send(()).expect("server still running");
+    let served = server
+        .block_on(async { tokio::time::timeout(Duration::from_secs(10), task).await })
+        .expect("the shutdown ended")
+        .expect("server task");
+    let took = asked.elapsed();
+    assert!(served.is_ok(), "{served:?}");
+    assert!(
+        took >= grace / 2,
+        "ended before the client could have answered: {took:?}"
+    );
+    assert!(took < grace * 5, "took {took:?} for a grace of {grace:?}");
+    drop(parked);
+}
+
+#[tokio::test]
+async fn a_shutdown_with_live_clients_that_answer_is_prompt() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("csi.sock");
+    let server = start_at(&path);
+    // A client that stays connected, on this (running) runtime: it answers the server's
+    // shutdown handshake, so the graceful path ends well inside the grace.
+    let channel = csi_proto::connect_unix(&path).await.expect("connect");
+    let mut client = IdentityClient::new(channel);
+    client.probe(csi::ProbeRequest {}).await.expect("probe");
+    let asked = std::time::Instant::now();
+    server.stop().await;
+    assert!(
+        asked.elapsed() < csi_proto::SHUTDOWN_GRACE,
+        "took {:?}",
+        asked.elapsed()
+    );
+    drop(client);
+}
