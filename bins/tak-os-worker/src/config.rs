@@ -350,35 +350,9 @@ mod tests {
         }
     }
 
-    #[test]
-    fn flags_parse() {
-        let cli = Cli::try_parse_from([
-            "tak-os-worker",
-            "--state-dir",
-            "/s",
-            "--cert",
-            "c",
-            "--key",
-            "k",
-            "--client-ca",
-            "ca",
-            "--token-file",
-            "t",
-            "--volume",
-            "a:1:rwo",
-            "--volume",
-            "b:2:rwx",
-        ])
-        .unwrap();
-        assert_eq!(cli.volumes.len(), 2);
-        assert!(Cli::try_parse_from(["tak-os-worker", "--cert", "c"]).is_err());
-    }
-
-    fn parse(extra: &[&str]) -> Result<Cli, clap::Error> {
-        let base = [
-            "tak-os-worker",
-            "--state-dir",
-            "/s",
+    /// The flags every worker needs, then `role` (`--state-dir` or `--follow`), then `extra`.
+    fn parse_as(role: &[&str], extra: &[&str]) -> Result<Cli, clap::Error> {
+        let tls = [
             "--cert",
             "c",
             "--key",
@@ -388,7 +362,23 @@ mod tests {
             "--token-file",
             "t",
         ];
-        Cli::try_parse_from(base.iter().chain(extra))
+        let args = std::iter::once(&"tak-os-worker")
+            .chain(&tls)
+            .chain(role)
+            .chain(extra);
+        Cli::try_parse_from(args)
+    }
+
+    /// A leader's flags, then `extra`.
+    fn parse(extra: &[&str]) -> Result<Cli, clap::Error> {
+        parse_as(&["--state-dir", "/s"], extra)
+    }
+
+    #[test]
+    fn flags_parse() {
+        let cli = parse(&["--volume", "a:1:rwo", "--volume", "b:2:rwx"]).unwrap();
+        assert_eq!(cli.volumes.len(), 2);
+        assert!(Cli::try_parse_from(["tak-os-worker", "--cert", "c"]).is_err());
     }
 
     #[test]
@@ -430,23 +420,15 @@ mod tests {
         assert!(parse(&["--credentials-dir", "/c", "--credentials-ca", "ca.pem"]).is_err());
         assert!(parse(&["--credentials-key", "k.pem"]).is_err());
         // A follower holds no volumes to create.
-        let follower = Cli::try_parse_from([
-            "tak-os-worker",
-            "--follow",
-            "127.0.0.1:1",
-            "--cert",
-            "c",
-            "--key",
-            "k",
-            "--client-ca",
-            "ca",
-            "--token-file",
-            "t",
-            "--csi-endpoint",
-            "unix:///x.sock",
-            "--group-endpoint",
-            "https://a:1",
-        ])
+        let follower = parse_as(
+            &["--follow", "127.0.0.1:1"],
+            &[
+                "--csi-endpoint",
+                "unix:///x.sock",
+                "--group-endpoint",
+                "https://a:1",
+            ],
+        )
         .unwrap();
         let error = follower.controller().unwrap_err().to_string();
         assert!(error.contains("runs in the leader"), "{error}");
