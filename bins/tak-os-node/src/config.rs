@@ -66,10 +66,6 @@ pub struct Cli {
     #[arg(long, env = "TAK_OS_CALL_BUDGET_SECONDS", default_value_t = 15.0)]
     pub call_budget_seconds: f64,
 
-    /// The most stages this owner is sized for (threads that read FUSE connections).
-    #[arg(long, env = "TAK_OS_MAX_STAGES", default_value_t = 1024)]
-    pub max_stages: usize,
-
     /// Log format.
     #[arg(long, env = "TAK_OS_LOG_FORMAT", value_enum, default_value_t = LogFormat::Json)]
     pub log_format: LogFormat,
@@ -115,8 +111,6 @@ pub struct Config {
     pub credentials: Credentials,
     /// The metrics server address, when on.
     pub metrics_address: Option<SocketAddr>,
-    /// The most stages the runtime is sized for.
-    pub max_stages: usize,
     /// What the owner itself needs.
     pub owner: OwnerConfig,
 }
@@ -205,9 +199,6 @@ impl Cli {
                 "must be shorter than --lease-seconds",
             ));
         }
-        if self.max_stages == 0 {
-            return Err(bad("--max-stages", "must be at least 1"));
-        }
         // The protocol's proportions, scaled to the call budget asked for.
         let budgets = lease_client::Budgets::default();
         let budgets = budgets.scaled(call.as_secs_f64() / budgets.call.as_secs_f64());
@@ -227,7 +218,6 @@ impl Cli {
             driver_name: self.driver_name.clone(),
             credentials,
             metrics_address,
-            max_stages: self.max_stages,
             owner,
         })
     }
@@ -281,7 +271,6 @@ mod tests {
                 "--lease-renew-seconds",
             ),
             (&["--call-budget-seconds=-1"], "--call-budget-seconds"),
-            (&["--max-stages", "0"], "--max-stages"),
             (&["--credential-namespace", ""], "--credential-namespace"),
             (&["--mount-service", "/no/scheme"], "--mount-service"),
             (

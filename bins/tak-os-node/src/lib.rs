@@ -131,9 +131,9 @@ pub async fn run_frontend(
     Ok(())
 }
 
-/// What the binary does: serves `config` with the real mounter on a runtime sized for
-/// `config.max_stages` FUSE connections (fuse3 reads each one on a blocking thread), until
-/// SIGTERM or SIGINT.
+/// What the binary does: serves `config` with the real mounter until SIGTERM or SIGINT. Each
+/// stage's FUSE session reads its connection with readiness on the runtime's reactor, so the
+/// number of stages needs no thread of its own.
 pub fn serve(config: Config) -> anyhow::Result<()> {
     if config.mount_service.is_some() {
         let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -147,7 +147,6 @@ pub fn serve(config: Config) -> anyhow::Result<()> {
     raise_open_file_limit();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
-        .max_blocking_threads(config.max_stages.saturating_add(64))
         .build()?;
     runtime.block_on(async {
         let credentials: Arc<dyn CredentialSource> = match &config.credentials {

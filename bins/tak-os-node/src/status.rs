@@ -64,7 +64,9 @@ pub fn code(error: &Error) -> Code {
             fusefs::MountError::StillReferenced { .. } | fusefs::MountError::NotOurs { .. } => {
                 Code::FailedPrecondition
             }
-            fusefs::MountError::Mount { .. } | fusefs::MountError::Io { .. } => Code::Unavailable,
+            fusefs::MountError::Mount { .. }
+            | fusefs::MountError::Session { .. }
+            | fusefs::MountError::Io { .. } => Code::Unavailable,
         },
         Error::Mounter { source, .. } => match source {
             M::InvalidPath { .. }

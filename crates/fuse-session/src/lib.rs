@@ -38,7 +38,7 @@
 //!
 //! What it does not do (yet): splice, FUSE over io_uring, the writeback cache, passthrough,
 //! `FUSE_DEV_IOC_CLONE`d devices (owners read through `SCM_RIGHTS` copies only), unmounting
-//! (the caller unmounts, after an identity check), and it is not yet used by `fusefs`.
+//! (the caller unmounts, after an identity check). `fusefs` mounts and serves with it.
 //!
 //! ```
 //! use fuse_session::{Handler, Reply, RequestContext};

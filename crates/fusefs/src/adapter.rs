@@ -1,26 +1,26 @@
-//! The fuse3 adapter: every method forwards to [`Fs`], converts its answer to fuse3's types
-//! and maps its errno. Nothing else; the conversions are the functions at the end, the only
-//! place the core's types meet fuse3's.
+//! The session adapter: the [`fuse_session::Handler`] that serves an [`Fs`]. Each request is
+//! decoded by the session; the adapter calls the one `Fs` method it names, encodes the answer
+//! with [`fuse_wire::reply`] and maps a failure to its errno (logged and counted once). The
+//! conversions are the functions at the end, the only place the core's types meet the wire's.
 
 use std::ffi::OsStr;
-use std::num::NonZeroU32;
 use std::sync::Arc;
+use std::time::{Duration, SystemTime};
 
-use fuse3::raw::prelude::*;
-use fuse3::{Inode, Result, SetAttr};
-use futures_util::stream;
-use lease_client::protocol::MAX_DATA_BYTES;
+use fuse_session::{Handler, Reply, RequestContext};
+use fuse_wire::{
+    Attr, AttrOut, DirBuffer, DirPlusBuffer, EntryOut, FopenFlags, FsyncFlags, GetattrFlags,
+    OpenOut, Operation, Request, SetattrIn, SetattrValid, StatfsOut, Unique, WriteOut, reply,
+};
 
-use crate::errno::Errno;
 use crate::error::{self, Error};
 use crate::fs::{Caller, Fs, WriteFlags};
 use crate::reply::{
-    Attributes, Created, DirEntry, DirEntryPlus, Entry, FileKind, Opened, SetAttrs, Stat, StatFs,
-    Timestamp,
+    Attributes, DirEntry, Entry, FileKind, Opened, SetAttrs, Stat, StatFs, Timestamp,
 };
 use crate::service::FileService;
 
-/// Serves an [`Fs`] to the kernel through fuse3.
+/// Serves an [`Fs`] to the kernel through a [`fuse_session::Session`].
 #[derive(Debug)]
 pub struct FuseAdapter<S> {
     fs: Arc<Fs<S>>,
@@ -33,434 +33,352 @@ impl<S> FuseAdapter<S> {
     }
 }
 
-fn caller(req: &Request) -> Caller {
-    Caller {
-        unique: req.unique,
-        uid: req.uid,
-        gid: req.gid,
+impl<S: FileService> Handler for FuseAdapter<S> {
+    /// Serves one request. An INTERRUPT for it is passed to the core, which honours it only
+    /// while nothing has been sent for the request ([`Fs::interrupt`]). A request the kernel
+    /// resends after `FUSE_NOTIFY_RESEND` was sent by a previous owner already: it runs to
+    /// its outcome, whatever the interrupts.
+    async fn handle<'a>(&'a self, context: RequestContext, request: Request<'a>) -> Reply {
+        let unique = request.header.unique;
+        let work = self.dispatch(request);
+        if unique.is_resend() {
+            return work.await;
+        }
+        let mut work = std::pin::pin!(work);
+        tokio::select! {
+            biased;
+            reply = &mut work => reply,
+            () = context.interrupted() => {
+                self.fs.interrupt(unique.raw());
+                work.await
+            }
+        }
     }
 }
 
-impl From<Errno> for fuse3::Errno {
-    fn from(errno: Errno) -> Self {
-        fuse3::Errno::from(errno.raw())
+impl<S: FileService> FuseAdapter<S> {
+    async fn dispatch(&self, request: Request<'_>) -> Reply {
+        let header = request.header;
+        let unique = header.unique;
+        let node = header.nodeid;
+        let caller = Caller {
+            unique: unique.raw(),
+            uid: header.uid,
+            gid: header.gid,
+        };
+        let fs = &self.fs;
+        match request.op {
+            Operation::Lookup { name } => {
+                entry(unique, "lookup", fs.lookup(caller, node, name).await)
+            }
+            Operation::Forget(forget) => {
+                fs.forget(node, forget.nlookup);
+                Reply::none()
+            }
+            Operation::BatchForget(list) => {
+                for one in list.iter() {
+                    fs.forget(one.nodeid, one.nlookup);
+                }
+                Reply::none()
+            }
+            Operation::Getattr(arg) => {
+                let fh = arg
+                    .getattr_flags
+                    .contains(GetattrFlags::FH)
+                    .then_some(arg.fh);
+                attr(unique, "getattr", fs.getattr(caller, node, fh).await)
+            }
+            Operation::Setattr(arg) => {
+                let fh = arg.valid.contains(SetattrValid::FH).then_some(arg.fh);
+                let set = set_attrs(&arg, SystemTime::now());
+                attr(unique, "setattr", fs.setattr(caller, node, fh, set).await)
+            }
+            Operation::Readlink => match fs.readlink(caller, node).await {
+                Ok(target) => Reply::data(unique, &target),
+                Err(e) => failed(unique, "readlink", &e),
+            },
+            Operation::Symlink { name, target } => entry(
+                unique,
+                "symlink",
+                fs.symlink(caller, node, name, target).await,
+            ),
+            Operation::Mknod { arg, name } => entry(
+                unique,
+                "mknod",
+                fs.mknod(caller, node, name, arg.mode, arg.rdev).await,
+            ),
+            Operation::Mkdir { arg, name } => entry(
+                unique,
+                "mkdir",
+                fs.mkdir(caller, node, name, arg.mode, arg.umask).await,
+            ),
+            Operation::Unlink { name } => {
+                empty(unique, "unlink", fs.unlink(caller, node, name).await)
+            }
+            Operation::Rmdir { name } => empty(unique, "rmdir", fs.rmdir(caller, node, name).await),
+            Operation::Rename {
+                arg,
+                name,
+                new_name,
+            } => {
+                self.rename(unique, caller, (node, name), (arg.newdir, new_name), 0)
+                    .await
+            }
+            Operation::Rename2 {
+                arg,
+                name,
+                new_name,
+            } => {
+                let to = (arg.newdir, new_name);
+                self.rename(unique, caller, (node, name), to, arg.flags)
+                    .await
+            }
+            Operation::Link { arg, name } => entry(
+                unique,
+                "link",
+                fs.link(caller, arg.oldnodeid, node, name).await,
+            ),
+            Operation::Open(arg) => match fs.open(caller, node, arg.flags).await {
+                Ok(opened) => Reply::encode(|out| reply::open(out, unique, &open_out(opened))),
+                Err(e) => failed(unique, "open", &e),
+            },
+            Operation::Opendir(_) => {
+                let opened = open_out(fs.opendir());
+                Reply::encode(|out| reply::open(out, unique, &opened))
+            }
+            Operation::Create { arg, name } => {
+                match fs.create(caller, node, name, arg.mode, arg.flags).await {
+                    Ok(created) => Reply::encode(|out| {
+                        let entry = entry_out(&created.entry);
+                        reply::create(out, unique, &entry, &open_out(created.opened));
+                    }),
+                    Err(e) => failed(unique, "create", &e),
+                }
+            }
+            Operation::Read(arg) => {
+                match fs.read(caller, node, arg.fh, arg.offset, arg.size).await {
+                    Ok(data) => Reply::data(unique, &data),
+                    Err(e) => failed(unique, "read", &e),
+                }
+            }
+            Operation::Write { arg, data } => {
+                let flags = WriteFlags::from_request(arg.flags, arg.write_flags.bits());
+                match fs
+                    .write(caller, node, arg.fh, arg.offset, data, flags)
+                    .await
+                {
+                    Ok(size) => Reply::encode(|out| reply::write(out, unique, &WriteOut { size })),
+                    Err(e) => failed(unique, "write", &e),
+                }
+            }
+            Operation::Readdir(arg) => match fs.readdir(caller, node, arg.offset).await {
+                Ok(entries) => listing(unique, "readdir", arg.size, entries),
+                Err(e) => failed(unique, "readdir", &e),
+            },
+            Operation::Readdirplus(arg) => match fs.readdirplus(caller, node, arg.offset).await {
+                Ok(listing) => listing_plus(unique, arg.size, listing),
+                Err(e) => failed(unique, "readdirplus", &e),
+            },
+            Operation::Statfs => match fs.statfs(caller).await {
+                Ok(statfs) => Reply::encode(|out| reply::statfs(out, unique, &statfs_out(statfs))),
+                Err(e) => failed(unique, "statfs", &e),
+            },
+            Operation::Release(arg) => empty(
+                unique,
+                "release",
+                fs.release(caller, node, arg.fh, arg.flags).await,
+            ),
+            Operation::Releasedir(_) => Reply::empty(unique),
+            Operation::Flush(arg) => empty(
+                unique,
+                "flush",
+                fs.flush(caller, node, arg.fh, arg.lock_owner).await,
+            ),
+            Operation::Fsync(arg) => {
+                let datasync = arg.fsync_flags.contains(FsyncFlags::FDATASYNC);
+                empty(
+                    unique,
+                    "fsync",
+                    fs.fsync(caller, node, arg.fh, datasync).await,
+                )
+            }
+            // A directory holds nothing to sync on this side: the kernel takes ENOSYS as
+            // "nothing to do" and stops asking. The session answers INIT, DESTROY and
+            // INTERRUPT itself, and never passes them on.
+            Operation::Fsyncdir(_)
+            | Operation::Init(_)
+            | Operation::Destroy
+            | Operation::Interrupt(_)
+            | Operation::Unknown { .. } => Reply::error(unique, fuse_wire::Errno::ENOSYS),
+        }
+    }
+
+    async fn rename(
+        &self,
+        unique: Unique,
+        caller: Caller,
+        (parent, name): (u64, &OsStr),
+        (new_parent, new_name): (u64, &OsStr),
+        flags: u32,
+    ) -> Reply {
+        let renamed = self
+            .fs
+            .rename(caller, parent, name, new_parent, new_name, flags)
+            .await;
+        empty(unique, "rename", renamed)
     }
 }
 
 /// Answers a failed request: logs and counts its error once ([`error::report`]) and gives the
 /// kernel its errno.
-fn failed(operation: &'static str) -> impl Fn(Error) -> fuse3::Errno {
-    move |error| error::report(operation, &error).into()
+fn failed(unique: Unique, operation: &'static str, error: &Error) -> Reply {
+    let errno = error::report(operation, error);
+    Reply::error(unique, fuse_wire::Errno::new_or_eio(errno.raw()))
 }
 
-impl<S: FileService> Filesystem for FuseAdapter<S> {
-    async fn init(&self, _req: Request) -> Result<ReplyInit> {
-        let max_write = NonZeroU32::new(MAX_DATA_BYTES as u32).unwrap_or(NonZeroU32::MIN);
-        Ok(ReplyInit::new(max_write))
+fn empty(unique: Unique, operation: &'static str, result: Result<(), Error>) -> Reply {
+    match result {
+        Ok(()) => Reply::empty(unique),
+        Err(e) => failed(unique, operation, &e),
     }
+}
 
-    async fn destroy(&self, _req: Request) {}
-
-    async fn lookup(&self, req: Request, parent: Inode, name: &OsStr) -> Result<ReplyEntry> {
-        self.fs
-            .lookup(caller(&req), parent, name)
-            .await
-            .map(reply_entry)
-            .map_err(failed("lookup"))
+fn entry(unique: Unique, operation: &'static str, result: Result<Entry, Error>) -> Reply {
+    match result {
+        Ok(entry) => Reply::encode(|out| reply::entry(out, unique, &entry_out(&entry))),
+        Err(e) => failed(unique, operation, &e),
     }
+}
 
-    async fn forget(&self, _req: Request, inode: Inode, nlookup: u64) {
-        self.fs.forget(inode, nlookup);
+fn attr(unique: Unique, operation: &'static str, result: Result<Stat, Error>) -> Reply {
+    match result {
+        Ok(stat) => Reply::encode(|out| reply::attr(out, unique, &attr_out(stat))),
+        Err(e) => failed(unique, operation, &e),
     }
+}
 
-    async fn batch_forget(&self, _req: Request, inodes: &[(Inode, u64)]) {
-        for (inode, nlookup) in inodes {
-            self.fs.forget(*inode, *nlookup);
+/// A READDIR reply: as many entries as fit in the kernel's `size` bytes. The kernel comes
+/// back for the rest at the offset of the last one it got.
+fn listing(unique: Unique, operation: &'static str, size: u32, entries: Vec<DirEntry>) -> Reply {
+    let mut buffer = DirBuffer::new(size);
+    for entry in &entries {
+        match buffer.push(&dirent(entry)) {
+            Ok(true) => {}
+            Ok(false) => break,
+            Err(_) => return failed(unique, operation, &bad_name(operation)),
         }
     }
+    Reply::data(unique, buffer.as_bytes())
+}
 
-    async fn getattr(
-        &self,
-        req: Request,
-        inode: Inode,
-        fh: Option<u64>,
-        _flags: u32,
-    ) -> Result<ReplyAttr> {
-        self.fs
-            .getattr(caller(&req), inode, fh)
-            .await
-            .map(reply_attr)
-            .map_err(failed("getattr"))
+/// A READDIRPLUS reply. Entries are pulled one at a time and pulling stops at the first that
+/// does not fit, so the listing counts as lookups exactly the entries the reply carries
+/// ([`crate::PlusListing`]).
+fn listing_plus<S: FileService>(
+    unique: Unique,
+    size: u32,
+    listing: crate::PlusListing<'_, S>,
+) -> Reply {
+    let mut buffer = DirPlusBuffer::new(size);
+    for plus in listing {
+        match buffer.push(&dirent(&plus.dirent), &entry_out(&plus.entry)) {
+            Ok(true) => {}
+            Ok(false) => break,
+            Err(_) => return failed(unique, "readdirplus", &bad_name("readdirplus")),
+        }
     }
+    Reply::data(unique, buffer.as_bytes())
+}
 
-    async fn setattr(
-        &self,
-        req: Request,
-        inode: Inode,
-        fh: Option<u64>,
-        set_attr: SetAttr,
-    ) -> Result<ReplyAttr> {
-        self.fs
-            .setattr(caller(&req), inode, fh, set_attrs(set_attr))
-            .await
-            .map(reply_attr)
-            .map_err(failed("setattr"))
-    }
-
-    async fn readlink(&self, req: Request, inode: Inode) -> Result<ReplyData> {
-        self.fs
-            .readlink(caller(&req), inode)
-            .await
-            .map(|data| ReplyData { data })
-            .map_err(failed("readlink"))
-    }
-
-    async fn symlink(
-        &self,
-        req: Request,
-        parent: Inode,
-        name: &OsStr,
-        link: &OsStr,
-    ) -> Result<ReplyEntry> {
-        self.fs
-            .symlink(caller(&req), parent, name, link)
-            .await
-            .map(reply_entry)
-            .map_err(failed("symlink"))
-    }
-
-    async fn mknod(
-        &self,
-        req: Request,
-        parent: Inode,
-        name: &OsStr,
-        mode: u32,
-        rdev: u32,
-    ) -> Result<ReplyEntry> {
-        self.fs
-            .mknod(caller(&req), parent, name, mode, rdev)
-            .await
-            .map(reply_entry)
-            .map_err(failed("mknod"))
-    }
-
-    async fn mkdir(
-        &self,
-        req: Request,
-        parent: Inode,
-        name: &OsStr,
-        mode: u32,
-        umask: u32,
-    ) -> Result<ReplyEntry> {
-        self.fs
-            .mkdir(caller(&req), parent, name, mode, umask)
-            .await
-            .map(reply_entry)
-            .map_err(failed("mkdir"))
-    }
-
-    async fn unlink(&self, req: Request, parent: Inode, name: &OsStr) -> Result<()> {
-        self.fs
-            .unlink(caller(&req), parent, name)
-            .await
-            .map_err(failed("unlink"))
-    }
-
-    async fn rmdir(&self, req: Request, parent: Inode, name: &OsStr) -> Result<()> {
-        self.fs
-            .rmdir(caller(&req), parent, name)
-            .await
-            .map_err(failed("rmdir"))
-    }
-
-    async fn rename(
-        &self,
-        req: Request,
-        parent: Inode,
-        name: &OsStr,
-        new_parent: Inode,
-        new_name: &OsStr,
-    ) -> Result<()> {
-        self.fs
-            .rename(caller(&req), parent, name, new_parent, new_name, 0)
-            .await
-            .map_err(failed("rename"))
-    }
-
-    async fn rename2(
-        &self,
-        req: Request,
-        parent: Inode,
-        name: &OsStr,
-        new_parent: Inode,
-        new_name: &OsStr,
-        flags: u32,
-    ) -> Result<()> {
-        self.fs
-            .rename(caller(&req), parent, name, new_parent, new_name, flags)
-            .await
-            .map_err(failed("rename"))
-    }
-
-    async fn link(
-        &self,
-        req: Request,
-        inode: Inode,
-        new_parent: Inode,
-        new_name: &OsStr,
-    ) -> Result<ReplyEntry> {
-        self.fs
-            .link(caller(&req), inode, new_parent, new_name)
-            .await
-            .map(reply_entry)
-            .map_err(failed("link"))
-    }
-
-    async fn open(&self, req: Request, inode: Inode, flags: u32) -> Result<ReplyOpen> {
-        self.fs
-            .open(caller(&req), inode, flags)
-            .await
-            .map(reply_open)
-            .map_err(failed("open"))
-    }
-
-    async fn read(
-        &self,
-        req: Request,
-        inode: Inode,
-        fh: u64,
-        offset: u64,
-        size: u32,
-    ) -> Result<ReplyData> {
-        self.fs
-            .read(caller(&req), inode, fh, offset, size)
-            .await
-            .map(|data| ReplyData { data })
-            .map_err(failed("read"))
-    }
-
-    async fn write(
-        &self,
-        req: Request,
-        inode: Inode,
-        fh: u64,
-        offset: u64,
-        data: &[u8],
-        write_flags: u32,
-        flags: u32,
-    ) -> Result<ReplyWrite> {
-        let flags = WriteFlags::from_request(flags, write_flags);
-        self.fs
-            .write(caller(&req), inode, fh, offset, data, flags)
-            .await
-            .map(|written| ReplyWrite { written })
-            .map_err(failed("write"))
-    }
-
-    async fn statfs(&self, req: Request, _inode: Inode) -> Result<ReplyStatFs> {
-        self.fs
-            .statfs(caller(&req))
-            .await
-            .map(reply_statfs)
-            .map_err(failed("statfs"))
-    }
-
-    async fn release(
-        &self,
-        req: Request,
-        inode: Inode,
-        fh: u64,
-        flags: u32,
-        _lock_owner: u64,
-        _flush: bool,
-    ) -> Result<()> {
-        self.fs
-            .release(caller(&req), inode, fh, flags)
-            .await
-            .map_err(failed("release"))
-    }
-
-    async fn fsync(&self, req: Request, inode: Inode, fh: u64, datasync: bool) -> Result<()> {
-        self.fs
-            .fsync(caller(&req), inode, fh, datasync)
-            .await
-            .map_err(failed("fsync"))
-    }
-
-    async fn flush(&self, req: Request, inode: Inode, fh: u64, lock_owner: u64) -> Result<()> {
-        self.fs
-            .flush(caller(&req), inode, fh, lock_owner)
-            .await
-            .map_err(failed("flush"))
-    }
-
-    async fn opendir(&self, _req: Request, _inode: Inode, _flags: u32) -> Result<ReplyOpen> {
-        Ok(reply_open(self.fs.opendir()))
-    }
-
-    async fn readdir<'a>(
-        &'a self,
-        req: Request,
-        parent: Inode,
-        _fh: u64,
-        offset: i64,
-    ) -> Result<ReplyDirectory<impl futures_util::Stream<Item = Result<DirectoryEntry>> + Send + 'a>>
-    {
-        let offset = u64::try_from(offset).unwrap_or(0);
-        let entries = self
-            .fs
-            .readdir(caller(&req), parent, offset)
-            .await
-            .map_err(failed("readdir"))?;
-        Ok(ReplyDirectory {
-            entries: stream::iter(entries.into_iter().map(|e| Ok(directory_entry(e)))),
-        })
-    }
-
-    async fn readdirplus<'a>(
-        &'a self,
-        req: Request,
-        parent: Inode,
-        _fh: u64,
-        offset: u64,
-        _lock_owner: u64,
-    ) -> Result<
-        ReplyDirectoryPlus<
-            impl futures_util::Stream<Item = Result<DirectoryEntryPlus>> + Send + 'a,
-        >,
-    > {
-        let entries = self
-            .fs
-            .readdirplus(caller(&req), parent, offset)
-            .await
-            .map_err(failed("readdirplus"))?;
-        // fuse3 pulls entries until the kernel's buffer is full; the listing counts the
-        // lookups of those it took. Each is converted as it is pulled, which keeps that count.
-        Ok(ReplyDirectoryPlus {
-            entries: stream::iter(entries.map(|e| Ok(directory_entry_plus(e)))),
-        })
-    }
-
-    async fn releasedir(&self, _req: Request, _inode: Inode, _fh: u64, _flags: u32) -> Result<()> {
-        Ok(())
-    }
-
-    async fn create(
-        &self,
-        req: Request,
-        parent: Inode,
-        name: &OsStr,
-        mode: u32,
-        flags: u32,
-    ) -> Result<ReplyCreated> {
-        self.fs
-            .create(caller(&req), parent, name, mode, flags)
-            .await
-            .map(reply_created)
-            .map_err(failed("create"))
-    }
-
-    async fn interrupt(&self, _req: Request, unique: u64) -> Result<()> {
-        self.fs.interrupt(unique);
-        Ok(())
+/// A worker listed a name the kernel would refuse (empty, too long, holding `/` or NUL).
+fn bad_name(operation: &'static str) -> Error {
+    Error::MalformedReply {
+        op: operation,
+        problem: "a listed name the kernel refuses",
     }
 }
 
-fn file_type(kind: FileKind) -> FileType {
+/// The `S_IFMT` bits of a file kind.
+fn type_bits(kind: FileKind) -> u32 {
     match kind {
-        FileKind::Regular => FileType::RegularFile,
-        FileKind::Directory => FileType::Directory,
-        FileKind::Symlink => FileType::Symlink,
-        FileKind::BlockDevice => FileType::BlockDevice,
-        FileKind::CharDevice => FileType::CharDevice,
-        FileKind::Fifo => FileType::NamedPipe,
-        FileKind::Socket => FileType::Socket,
+        FileKind::Regular => libc::S_IFREG,
+        FileKind::Directory => libc::S_IFDIR,
+        FileKind::Symlink => libc::S_IFLNK,
+        FileKind::BlockDevice => libc::S_IFBLK,
+        FileKind::CharDevice => libc::S_IFCHR,
+        FileKind::Fifo => libc::S_IFIFO,
+        FileKind::Socket => libc::S_IFSOCK,
     }
 }
 
-fn timestamp(t: Timestamp) -> fuse3::Timestamp {
-    fuse3::Timestamp::new(t.sec, t.nsec)
+/// A lifetime as the wire's seconds and nanoseconds.
+fn valid(ttl: Duration) -> (u64, u32) {
+    (ttl.as_secs(), ttl.subsec_nanos())
 }
 
-fn file_attr(attr: Attributes) -> FileAttr {
-    FileAttr {
+fn wire_attr(attr: &Attributes) -> Attr {
+    Attr {
         ino: attr.ino,
         size: attr.size,
         blocks: attr.blocks,
-        atime: timestamp(attr.atime),
-        mtime: timestamp(attr.mtime),
-        ctime: timestamp(attr.ctime),
-        kind: file_type(attr.kind),
-        perm: attr.perm,
+        // The kernel reads these fields as signed: a time before the epoch keeps its bits.
+        atime: attr.atime.sec.cast_unsigned(),
+        mtime: attr.mtime.sec.cast_unsigned(),
+        ctime: attr.ctime.sec.cast_unsigned(),
+        atimensec: attr.atime.nsec,
+        mtimensec: attr.mtime.nsec,
+        ctimensec: attr.ctime.nsec,
+        mode: type_bits(attr.kind) | u32::from(attr.perm),
         nlink: attr.nlink,
         uid: attr.uid,
         gid: attr.gid,
         rdev: attr.rdev,
         blksize: attr.blksize,
+        ..Attr::default()
     }
 }
 
-fn reply_entry(entry: Entry) -> ReplyEntry {
-    ReplyEntry {
-        ttl: entry.ttl,
-        attr: file_attr(entry.attr),
+fn entry_out(entry: &Entry) -> EntryOut {
+    let (secs, nsecs) = valid(entry.ttl);
+    EntryOut {
+        nodeid: entry.attr.ino,
         generation: entry.generation,
+        entry_valid: secs,
+        attr_valid: secs,
+        entry_valid_nsec: nsecs,
+        attr_valid_nsec: nsecs,
+        attr: wire_attr(&entry.attr),
     }
 }
 
-fn reply_attr(stat: Stat) -> ReplyAttr {
-    ReplyAttr {
-        ttl: stat.ttl,
-        attr: file_attr(stat.attr),
+fn attr_out(stat: Stat) -> AttrOut {
+    let (secs, nsecs) = valid(stat.ttl);
+    AttrOut {
+        attr_valid: secs,
+        attr_valid_nsec: nsecs,
+        attr: wire_attr(&stat.attr),
     }
 }
 
-fn reply_open(opened: Opened) -> ReplyOpen {
-    ReplyOpen {
+fn open_out(opened: Opened) -> OpenOut {
+    OpenOut {
         fh: opened.handle,
-        flags: opened.flags,
+        open_flags: FopenFlags(opened.flags),
+        ..OpenOut::default()
     }
 }
 
-fn reply_created(created: Created) -> ReplyCreated {
-    ReplyCreated {
-        ttl: created.entry.ttl,
-        attr: file_attr(created.entry.attr),
-        generation: created.entry.generation,
-        fh: created.opened.handle,
-        flags: created.opened.flags,
+fn dirent(entry: &DirEntry) -> fuse_wire::DirEntry<'_> {
+    fuse_wire::DirEntry {
+        ino: entry.ino,
+        off: entry.offset,
+        kind: fuse_wire::dirent_type(type_bits(entry.kind)),
+        name: &entry.name,
     }
 }
 
-/// fuse3's directory offsets are signed; the core's never exceed `i64::MAX`.
-fn directory_offset(offset: u64) -> i64 {
-    i64::try_from(offset).unwrap_or(i64::MAX)
-}
-
-fn directory_entry(entry: DirEntry) -> DirectoryEntry {
-    DirectoryEntry {
-        inode: entry.ino,
-        kind: file_type(entry.kind),
-        name: entry.name,
-        offset: directory_offset(entry.offset),
-    }
-}
-
-fn directory_entry_plus(plus: DirEntryPlus) -> DirectoryEntryPlus {
-    DirectoryEntryPlus {
-        inode: plus.dirent.ino,
-        generation: plus.entry.generation,
-        kind: file_type(plus.dirent.kind),
-        name: plus.dirent.name,
-        offset: directory_offset(plus.dirent.offset),
-        attr: file_attr(plus.entry.attr),
-        entry_ttl: plus.entry.ttl,
-        attr_ttl: plus.entry.ttl,
-    }
-}
-
-fn reply_statfs(statfs: StatFs) -> ReplyStatFs {
-    ReplyStatFs {
+fn statfs_out(statfs: StatFs) -> StatfsOut {
+    StatfsOut {
         blocks: statfs.blocks,
         bfree: statfs.blocks_free,
         bavail: statfs.blocks_available,
@@ -473,56 +391,104 @@ fn reply_statfs(statfs: StatFs) -> ReplyStatFs {
 }
 
 /// The changes a SETATTR asks for. Its ctime and lock owner are dropped: the core applies
-/// neither.
-fn set_attrs(set: SetAttr) -> SetAttrs {
+/// neither. `UTIME_NOW` (`FATTR_ATIME_NOW`, `FATTR_MTIME_NOW`) becomes `now`, this host's
+/// clock, as the kernel leaves it to the filesystem.
+fn set_attrs(arg: &SetattrIn, now: SystemTime) -> SetAttrs {
+    let valid = arg.valid;
+    let has = |flag| valid.contains(flag);
+    let time = |now_flag, set_flag, sec: u64, nsec| {
+        if has(now_flag) {
+            Some(timestamp_of(now))
+        } else if has(set_flag) {
+            Some(Timestamp {
+                sec: sec.cast_signed(),
+                nsec,
+            })
+        } else {
+            None
+        }
+    };
     SetAttrs {
-        mode: set.mode,
-        uid: set.uid,
-        gid: set.gid,
-        size: set.size,
-        atime: set.atime.map(set_time),
-        mtime: set.mtime.map(set_time),
+        mode: has(SetattrValid::MODE).then_some(arg.mode),
+        uid: has(SetattrValid::UID).then_some(arg.uid),
+        gid: has(SetattrValid::GID).then_some(arg.gid),
+        size: has(SetattrValid::SIZE).then_some(arg.size),
+        atime: time(
+            SetattrValid::ATIME_NOW,
+            SetattrValid::ATIME,
+            arg.atime,
+            arg.atimensec,
+        ),
+        mtime: time(
+            SetattrValid::MTIME_NOW,
+            SetattrValid::MTIME,
+            arg.mtime,
+            arg.mtimensec,
+        ),
     }
 }
 
-/// A time a SETATTR asks for, unchanged.
-fn set_time(t: fuse3::Timestamp) -> Timestamp {
-    Timestamp {
-        sec: t.sec,
-        nsec: t.nsec,
+fn timestamp_of(t: SystemTime) -> Timestamp {
+    match t.duration_since(SystemTime::UNIX_EPOCH) {
+        Ok(after) => Timestamp {
+            sec: i64::try_from(after.as_secs()).unwrap_or(i64::MAX),
+            nsec: after.subsec_nanos(),
+        },
+        // A clock before 1970: whole seconds back, nanoseconds forward.
+        Err(before) => {
+            let before = before.duration();
+            let secs = i64::try_from(before.as_secs()).unwrap_or(i64::MAX);
+            match before.subsec_nanos() {
+                0 => Timestamp {
+                    sec: -secs,
+                    nsec: 0,
+                },
+                nanos => Timestamp {
+                    sec: -secs - 1,
+                    nsec: 1_000_000_000 - nanos,
+                },
+            }
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
-
     use lease_client::v1;
 
     use super::*;
     use crate::attr::file_attr as core_attr;
 
     #[test]
-    fn every_file_kind_is_the_fuse3_type_of_its_mode() {
+    fn every_file_kind_reaches_the_kernel_as_the_type_of_its_mode() {
         let kinds = [
-            (FileKind::Regular, libc::S_IFREG),
-            (FileKind::Directory, libc::S_IFDIR),
-            (FileKind::Symlink, libc::S_IFLNK),
-            (FileKind::BlockDevice, libc::S_IFBLK),
-            (FileKind::CharDevice, libc::S_IFCHR),
-            (FileKind::Fifo, libc::S_IFIFO),
-            (FileKind::Socket, libc::S_IFSOCK),
+            (FileKind::Regular, libc::S_IFREG, libc::DT_REG),
+            (FileKind::Directory, libc::S_IFDIR, libc::DT_DIR),
+            (FileKind::Symlink, libc::S_IFLNK, libc::DT_LNK),
+            (FileKind::BlockDevice, libc::S_IFBLK, libc::DT_BLK),
+            (FileKind::CharDevice, libc::S_IFCHR, libc::DT_CHR),
+            (FileKind::Fifo, libc::S_IFIFO, libc::DT_FIFO),
+            (FileKind::Socket, libc::S_IFSOCK, libc::DT_SOCK),
         ];
-        for (kind, mode) in kinds {
-            assert_eq!(file_type(kind).const_into_mode_t(), mode, "{kind:?}");
+        for (kind, mode, dt) in kinds {
             // A worker's mode, through the core, comes out as the same type and permissions.
             let attr = v1::Attr {
                 mode: mode | 0o4755,
                 ..v1::Attr::default()
             };
-            let converted = file_attr(core_attr(3, &attr));
-            assert_eq!(converted.kind.const_into_mode_t(), mode, "{kind:?}");
-            assert_eq!(converted.perm, 0o4755);
+            assert_eq!(
+                wire_attr(&core_attr(3, &attr)).mode,
+                mode | 0o4755,
+                "{kind:?}"
+            );
+            let entry = DirEntry {
+                ino: 3,
+                kind,
+                name: "n".into(),
+                offset: 4,
+            };
+            let listed = dirent(&entry);
+            assert_eq!(listed.kind, u32::from(dt), "{kind:?}");
         }
     }
 
@@ -547,25 +513,20 @@ mod tests {
             blksize: 4096,
             mode: libc::S_IFREG | 0o644,
         };
-        let converted = file_attr(core_attr(9, &attr));
-        assert_eq!(converted.atime, fuse3::Timestamp::new(0, 0));
-        assert_eq!(converted.mtime, fuse3::Timestamp::new(-5, 999_999_999));
+        let wire = wire_attr(&core_attr(9, &attr));
+        assert_eq!((wire.atime, wire.atimensec), (0, 0));
         assert_eq!(
-            converted.ctime,
-            fuse3::Timestamp::new(1_700_000_000, 999_999_999)
+            (wire.mtime.cast_signed(), wire.mtimensec),
+            (-5, 999_999_999),
+            "a time before the epoch keeps its sign"
         );
+        assert_eq!((wire.ctime, wire.ctimensec), (1_700_000_000, 999_999_999));
         assert_eq!(
-            (
-                converted.ino,
-                converted.size,
-                converted.blocks,
-                converted.nlink
-            ),
+            (wire.ino, wire.size, wire.blocks, wire.nlink),
             (9, 12, 8, 2)
         );
-        assert_eq!((converted.uid, converted.gid), (1000, 100));
-        assert_eq!(converted.rdev, 0, "a device number too large for 32 bits");
-        assert_eq!(converted.blksize, 4096);
+        assert_eq!((wire.uid, wire.gid, wire.blksize), (1000, 100, 4096));
+        assert_eq!(wire.rdev, 0, "a device number too large for 32 bits");
     }
 
     fn entry(ino: u64) -> Entry {
@@ -583,62 +544,41 @@ mod tests {
     #[test]
     fn replies_keep_generations_lifetimes_handles_and_flags() {
         let entry = entry(11);
-        let replied = reply_entry(entry);
-        assert_eq!(
-            (replied.attr.ino, replied.generation, replied.ttl),
-            (11, 4, entry.ttl)
-        );
-        let stat = reply_attr(Stat {
+        let out = entry_out(&entry);
+        assert_eq!((out.nodeid, out.generation), (11, 4));
+        assert_eq!((out.entry_valid, out.entry_valid_nsec), (1, 500_000_000));
+        assert_eq!((out.attr_valid, out.attr_valid_nsec), (1, 500_000_000));
+        assert_eq!(out.attr, wire_attr(&entry.attr));
+        let stat = attr_out(Stat {
             attr: entry.attr,
             ttl: entry.ttl,
         });
-        assert_eq!((stat.attr, stat.ttl), (replied.attr, entry.ttl));
-        let opened = Opened {
+        assert_eq!(
+            (stat.attr, stat.attr_valid, stat.attr_valid_nsec),
+            (out.attr, 1, 500_000_000)
+        );
+        let opened = open_out(Opened {
             handle: 77,
             flags: 1,
-        };
-        assert_eq!(reply_open(opened), ReplyOpen { fh: 77, flags: 1 });
-        let created = reply_created(Created { entry, opened });
-        assert_eq!(
-            (created.attr, created.generation, created.ttl),
-            (replied.attr, 4, entry.ttl)
-        );
-        assert_eq!((created.fh, created.flags), (77, 1));
-
-        let plus = directory_entry_plus(DirEntryPlus {
-            dirent: DirEntry {
-                ino: 11,
-                kind: FileKind::Symlink,
-                name: "l".into(),
-                offset: u64::MAX,
-            },
-            entry,
         });
-        assert_eq!((plus.inode, plus.generation), (11, 4));
-        assert_eq!(plus.kind, FileType::Symlink, "the listing's type");
-        assert_eq!(
-            plus.attr.kind,
-            FileType::RegularFile,
-            "the attributes' type"
-        );
-        assert_eq!((plus.entry_ttl, plus.attr_ttl), (entry.ttl, entry.ttl));
-        assert_eq!(plus.offset, i64::MAX);
-        let listed = directory_entry(DirEntry {
+        assert_eq!((opened.fh, opened.open_flags), (77, FopenFlags::DIRECT_IO));
+        assert_eq!(opened.backing_id, 0);
+        let dots = DirEntry {
             ino: 1,
             kind: FileKind::Directory,
             name: "..".into(),
             offset: 2,
-        });
-        assert_eq!((listed.inode, listed.offset), (1, 2));
+        };
+        let listed = dirent(&dots);
         assert_eq!(
-            (listed.kind, listed.name),
-            (FileType::Directory, "..".into())
+            (listed.ino, listed.off, listed.name),
+            (1, 2, OsStr::new(".."))
         );
     }
 
     #[test]
-    fn statfs_and_setattr_carry_every_field() {
-        let statfs = reply_statfs(StatFs {
+    fn statfs_carries_every_field() {
+        let out = statfs_out(StatFs {
             blocks: 1,
             blocks_free: 2,
             blocks_available: 3,
@@ -648,27 +588,39 @@ mod tests {
             name_max: 7,
             fragment_size: 8,
         });
+        assert_eq!((out.blocks, out.bfree, out.bavail, out.files), (1, 2, 3, 4));
         assert_eq!(
-            (statfs.blocks, statfs.bfree, statfs.bavail, statfs.files),
-            (1, 2, 3, 4)
-        );
-        assert_eq!(
-            (statfs.ffree, statfs.bsize, statfs.namelen, statfs.frsize),
+            (out.ffree, out.bsize, out.namelen, out.frsize),
             (5, 6, 7, 8)
         );
+    }
 
-        let set = SetAttr {
-            mode: Some(libc::S_IFREG | 0o6755),
-            uid: Some(1),
-            gid: Some(2),
-            size: Some(3),
-            lock_owner: Some(4),
-            atime: Some(fuse3::Timestamp::new(-1, 5)),
-            mtime: Some(fuse3::Timestamp::new(6, 7)),
-            ctime: Some(fuse3::Timestamp::new(8, 9)),
+    #[test]
+    fn setattr_takes_only_the_fields_it_names() {
+        let arg = SetattrIn {
+            valid: SetattrValid::MODE
+                | SetattrValid::UID
+                | SetattrValid::GID
+                | SetattrValid::SIZE
+                | SetattrValid::ATIME
+                | SetattrValid::MTIME
+                | SetattrValid::CTIME
+                | SetattrValid::LOCKOWNER,
+            mode: libc::S_IFREG | 0o6755,
+            uid: 1,
+            gid: 2,
+            size: 3,
+            lock_owner: 4,
+            atime: (-1i64).cast_unsigned(),
+            atimensec: 5,
+            mtime: 6,
+            mtimensec: 7,
+            ctime: 8,
+            ctimensec: 9,
+            ..SetattrIn::default()
         };
         assert_eq!(
-            set_attrs(set),
+            set_attrs(&arg, SystemTime::UNIX_EPOCH),
             SetAttrs {
                 mode: Some(libc::S_IFREG | 0o6755),
                 uid: Some(1),
@@ -678,6 +630,46 @@ mod tests {
                 mtime: Some(Timestamp { sec: 6, nsec: 7 }),
             }
         );
-        assert_eq!(set_attrs(SetAttr::default()), SetAttrs::default());
+        // Fields without their bit are not applied, whatever they hold.
+        let none = SetattrIn {
+            valid: SetattrValid::FH,
+            ..arg
+        };
+        assert_eq!(
+            set_attrs(&none, SystemTime::UNIX_EPOCH),
+            SetAttrs::default()
+        );
+    }
+
+    #[test]
+    fn utime_now_is_the_time_given() {
+        let now = SystemTime::UNIX_EPOCH + Duration::new(1_800_000_000, 42);
+        let arg = SetattrIn {
+            valid: SetattrValid::ATIME_NOW
+                | SetattrValid::MTIME_NOW
+                | SetattrValid::ATIME
+                | SetattrValid::MTIME,
+            atime: 1,
+            mtime: 2,
+            ..SetattrIn::default()
+        };
+        let set = set_attrs(&arg, now);
+        let expected = Some(Timestamp {
+            sec: 1_800_000_000,
+            nsec: 42,
+        });
+        assert_eq!((set.atime, set.mtime), (expected, expected));
+        let before = SystemTime::UNIX_EPOCH - Duration::new(2, 250_000_000);
+        assert_eq!(
+            timestamp_of(before),
+            Timestamp {
+                sec: -3,
+                nsec: 750_000_000
+            }
+        );
+        assert_eq!(
+            timestamp_of(SystemTime::UNIX_EPOCH - Duration::from_secs(4)),
+            Timestamp { sec: -4, nsec: 0 }
+        );
     }
 }

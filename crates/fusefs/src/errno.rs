@@ -2,9 +2,10 @@
 
 use lease_client::{Error, Refusal};
 
-/// The largest errno the kernel accepts in a FUSE reply; anything outside `1..=MAX_ERRNO`
-/// makes the kernel drop the connection, so it becomes `EIO`.
-pub const MAX_ERRNO: i32 = 4095;
+/// The largest errno the kernel accepts in a FUSE reply: it refuses a reply whose error is
+/// `-512` (`ERESTARTSYS`) or below with `EINVAL` and leaves the request unanswered, so
+/// anything outside `1..=MAX_ERRNO` becomes `EIO`.
+pub const MAX_ERRNO: i32 = 511;
 
 /// A positive Linux errno, already clamped to the range the kernel accepts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -69,11 +70,11 @@ mod tests {
 
     #[test]
     fn errnos_outside_the_kernel_range_become_eio() {
-        for bad in [0, -1, -5, 4096, i32::MAX, i32::MIN] {
+        for bad in [0, -1, -5, 512, 4095, i32::MAX, i32::MIN] {
             assert_eq!(Errno::clamped(bad).raw(), libc::EIO, "{bad}");
         }
         assert_eq!(Errno::clamped(libc::ENOENT).raw(), libc::ENOENT);
-        assert_eq!(Errno::clamped(4095).raw(), 4095);
+        assert_eq!(Errno::clamped(511).raw(), 511);
     }
 
     #[test]

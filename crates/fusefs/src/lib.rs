@@ -13,27 +13,32 @@
 //!   client's error, a stale node, a malformed reply naming its operation, an interruption);
 //!   [`Error::errno`] is the one mapping to an errno (a call's through [`errno_of`]), clamped
 //!   to the range the kernel accepts. It is tested without `/dev/fuse`.
-//! - [`FuseAdapter`], the fuse3 `Filesystem` implementation: each method forwards to `Fs`,
-//!   converts its answer to fuse3's types (the one place that does), and logs a failure once,
-//!   at a level that fits its [`ErrorClass`] (a worker outage is a warning, a malformed reply
-//!   an error, `ENOENT` a debug line), and counts it as `fusefs_errors_total{operation,
-//!   class}`.
+//! - [`FuseAdapter`], the [`fuse_session::Handler`]: each request goes to the one `Fs` method
+//!   it names, and the answer is encoded with [`fuse_wire::reply`] (the one place the core's
+//!   types meet the wire's). A failure is logged once, at a level that fits its
+//!   [`ErrorClass`] (a worker outage is a warning, a malformed reply an error, `ENOENT` a
+//!   debug line), and counted as `fusefs_errors_total{operation, class}`.
 //!
 //! [`mount`] mounts a volume as root without a helper binary (filesystem type
 //! `fuse.tak-os-replicated`, source = the volume ID, `default_permissions`, `allow_other`,
-//! direct I/O on every open, zero entry and attribute lifetimes, 1 MiB per read or write
-//! request, which `Fs` sends to the workers as concurrent calls of
-//! [`FsConfig::call_data_bytes`]) and returns a [`Mounted`] that owns what the mounted volume
-//! needs running (the renewal of its open handles): it stops them on unmount, or alone with
-//! [`Mounted::stop_tasks`] when the connection is handed over. [`Mounted::unmount`] refuses
-//! while bind mounts of the volume remain and checks the mount's identity before unmounting;
-//! [`abort_connection`] is for a connection known dead. [`Fs::state`] gives the nodes and open
-//! handles the kernel holds as data ([`MountState`]).
+//! `nosuid`, `nodev`, direct I/O on every open, zero entry and attribute lifetimes, 1 MiB per
+//! read or write request, which `Fs` sends to the workers as concurrent calls of
+//! [`FsConfig::call_data_bytes`]) and returns a [`Mounted`] that owns the FUSE session and
+//! what the mounted volume needs running (the renewal of its open handles).
+//! [`Mounted::unmount`] refuses while bind mounts of the volume remain and checks the mount's
+//! identity before unmounting; [`abort_connection`] is for a connection known dead.
+//! [`Fs::state`] gives the nodes and open handles the kernel holds as data ([`MountState`]).
+//!
+//! A mount can change hands without being unmounted: [`Mounted::pause`] stops reading, lets
+//! the requests in flight finish, and hands back the live connection (its `/dev/fuse`
+//! descriptor and INIT record) in a [`HandOver`]; [`adopt`] serves such a connection, in this
+//! process or another, without a second INIT.
+//!
+//! The FUSE session is this project's own ([`fuse_session`], over the wire format of
+//! [`fuse_wire`]); until the owner hand-off work it was the `fuse3` crate, which cannot pause,
+//! hand over or adopt a connection and unmounts when its handle is dropped.
 //!
 //! What the filesystem supports and why is in `SEMANTICS.md` beside this crate.
-//!
-//! Keep the tokio runtime alive for as long as a volume is mounted: fuse3 reads `/dev/fuse` in a
-//! blocking task, and dropping the runtime waits for that read, which only ends with the mount.
 //!
 //! What it does not do: it does not claim or renew the mount lease (the node's mount owner does,
 //! with [`lease_client::MountLease`]), it caches nothing, and it has no locks or shared mmap.
@@ -79,7 +84,10 @@ pub use fs::{
     Caller, FUSE_WRITE_KILL_SUIDGID, Fs, FsConfig, HandleState, MountState, PARALLEL_CALLS,
     PlusListing, ROOT_NODE, TTL, WriteFlags,
 };
-pub use mount::{FS_TYPE, FUSECTL, MountError, Mounted, SUBTYPE, abort_connection, mount};
+pub use mount::{
+    AdoptFailed, FS_TYPE, FUSECTL, HandOver, MountError, Mounted, PauseFailed, SUBTYPE,
+    abort_connection, adopt, mount,
+};
 pub use nodes::NodeState;
 pub use reply::{
     Attributes, Created, DirEntry, DirEntryPlus, Entry, FileKind, Opened, SetAttrs, Stat, StatFs,

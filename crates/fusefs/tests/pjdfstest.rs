@@ -230,16 +230,38 @@ impl Outcome {
 
 #[test]
 fn pjdfstest_passes_except_the_documented_cases() {
-    const TEST: &str = "pjdfstest_passes_except_the_documented_cases";
+    pjdfstest(
+        "pjdfstest_passes_except_the_documented_cases",
+        Serving::Fresh,
+    );
+}
+
+#[test]
+fn pjdfstest_passes_on_an_adopted_mount() {
+    pjdfstest("pjdfstest_passes_on_an_adopted_mount", Serving::Adopted);
+}
+
+/// Who serves the mount the suite runs against.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Serving {
+    /// The session that mounted it.
+    Fresh,
+    /// Before each of the two runs, the mount is paused and its connection adopted by a new
+    /// session (`Mounted::pause`, `HandOver::resume`): no second INIT, the nodes the first
+    /// run left with the kernel still served.
+    Adopted,
+}
+
+fn pjdfstest(test: &'static str, serving: Serving) {
     let Some(binary) = pjdfstest_binary() else {
         assert!(
             !test_support::in_ci(),
-            "{TEST}: pjdfstest is not installed (cargo install --locked pjdfstest)"
+            "{test}: pjdfstest is not installed (cargo install --locked pjdfstest)"
         );
-        eprintln!("SKIPPED: {TEST}: pjdfstest is not installed (cargo install --locked pjdfstest)");
+        eprintln!("SKIPPED: {test}: pjdfstest is not installed (cargo install --locked pjdfstest)");
         return;
     };
-    if !test_support::private_mount_namespace_with_fuse(TEST) {
+    if !test_support::private_mount_namespace_with_fuse(test) {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -268,9 +290,17 @@ fn pjdfstest_passes_except_the_documented_cases() {
             Timings::default(),
         ))
         .unwrap();
-    let mut mounted = rt
-        .block_on(volume.mount(&mount_point, Budgets::default(), FsConfig::default()))
-        .unwrap();
+    let mut mounted = Some(
+        rt.block_on(volume.mount(&mount_point, Budgets::default(), FsConfig::default()))
+            .unwrap(),
+    );
+    let mut hand_over = || {
+        if serving == Serving::Adopted {
+            let paused = rt.block_on(mounted.take().unwrap().pause(Duration::from_secs(5)));
+            let adopted = rt.block_on(async { paused.unwrap().resume() }).unwrap();
+            mounted = Some(adopted);
+        }
+    };
 
     let suite = Invocation {
         binary: &binary,
@@ -278,12 +308,12 @@ fn pjdfstest_passes_except_the_documented_cases() {
         mount_point: &mount_point,
         search_path: &search_path,
     };
-    let runs = [
-        suite.run("erofs", true, &["erofs"]),
-        suite.run("all", false, &[]),
-    ];
+    hand_over();
+    let erofs = suite.run("erofs", true, &["erofs"]);
+    hand_over();
+    let runs = [erofs, suite.run("all", false, &[])];
 
-    rt.block_on(mounted.unmount(Duration::from_secs(15)))
+    rt.block_on(mounted.unwrap().unmount(Duration::from_secs(15)))
         .unwrap();
     rt.block_on(volume.stop());
 

@@ -75,7 +75,7 @@ fn child_owner_process() {
             );
         }
     });
-    // The binary's own runtime: sized for --max-stages FUSE connections.
+    // The binary's own runtime.
     tak_os_node::serve(config).unwrap();
 }
 
@@ -406,9 +406,9 @@ fn a_killed_owner_leaves_a_dead_mount_that_a_new_owner_tears_down_at_once() {
     );
 }
 
-/// The owner process as the binary runs it (its runtime sized by --max-stages, its open-file
-/// limit raised) holds 600 stages, more than tokio's default 512 blocking threads that fuse3
-/// reads its connections on, and the last one staged and the first still serve.
+/// The owner process as the binary runs it (its open-file limit raised) holds 600 stages, more
+/// than tokio's default 512 blocking threads (fuse3, before the project's own session, read
+/// each connection on one), and the last one staged and the first still serve.
 #[test]
 fn six_hundred_stages_in_one_owner_process_all_serve() {
     privileged(

@@ -10,11 +10,29 @@ use std::time::{Duration, Instant};
 use rustix::fs::{AtFlags, CWD, Mode, OFlags, RenameFlags, Timespec, Timestamps, UTIME_OMIT};
 use worker::AccessMode;
 
-use crate::support::{NOBODY, Setup, as_user, errno_of};
+use crate::support::{NOBODY, Setup, as_user, errno_of, on_fresh_and_adopted_mounts};
 
 const LIMIT: Duration = Duration::from_secs(60);
 
-#[test]
+// Every test here runs on a fresh mount and on an adopted one.
+on_fresh_and_adopted_mounts! {
+    files_directories_and_links_behave,
+    create_write_read_and_truncate,
+    large_writes_and_reads_cross_the_request_size,
+    a_write_is_seen_by_another_open_at_once,
+    rename_replaces_and_honours_its_flags,
+    hard_links_and_symbolic_links,
+    modes_owners_times_and_umask,
+    directories_are_made_listed_and_removed,
+    readdir_lists_ten_thousand_entries_once_each,
+    an_unlinked_open_file_keeps_its_data,
+    default_permissions_deny_another_user,
+    statfs_reports_the_workers_filesystem,
+    unsupported_operations_fail_as_documented,
+    a_full_readdirplus_reply_leaks_no_node,
+    unlinking_while_listing_skips_no_remaining_entry,
+}
+
 fn files_directories_and_links_behave() {
     let Some(setup) = Setup::new("files_directories_and_links_behave", AccessMode::Rwx, LIMIT)
     else {
@@ -92,7 +110,6 @@ fn files_directories_and_links_behave() {
     setup.finish();
 }
 
-#[test]
 fn create_write_read_and_truncate() {
     let Some(setup) = Setup::new("create_write_read_and_truncate", AccessMode::Rwx, LIMIT) else {
         return;
@@ -196,7 +213,6 @@ fn pattern(len: usize) -> Vec<u8> {
         .collect()
 }
 
-#[test]
 fn large_writes_and_reads_cross_the_request_size() {
     let Some(setup) = Setup::new(
         "large_writes_and_reads_cross_the_request_size",
@@ -258,7 +274,6 @@ fn large_writes_and_reads_cross_the_request_size() {
     setup.finish();
 }
 
-#[test]
 fn a_write_is_seen_by_another_open_at_once() {
     let Some(setup) = Setup::new(
         "a_write_is_seen_by_another_open_at_once",
@@ -291,7 +306,6 @@ fn a_write_is_seen_by_another_open_at_once() {
     setup.finish();
 }
 
-#[test]
 fn rename_replaces_and_honours_its_flags() {
     let Some(setup) = Setup::new(
         "rename_replaces_and_honours_its_flags",
@@ -375,7 +389,6 @@ fn rename_replaces_and_honours_its_flags() {
     setup.finish();
 }
 
-#[test]
 fn hard_links_and_symbolic_links() {
     let Some(setup) = Setup::new("hard_links_and_symbolic_links", AccessMode::Rwx, LIMIT) else {
         return;
@@ -471,7 +484,6 @@ fn hard_links_and_symbolic_links() {
     setup.finish();
 }
 
-#[test]
 fn modes_owners_times_and_umask() {
     let Some(setup) = Setup::new("modes_owners_times_and_umask", AccessMode::Rwx, LIMIT) else {
         return;
@@ -629,7 +641,6 @@ fn modes_owners_times_and_umask() {
     setup.finish();
 }
 
-#[test]
 fn directories_are_made_listed_and_removed() {
     let Some(setup) = Setup::new(
         "directories_are_made_listed_and_removed",
@@ -713,7 +724,6 @@ fn directories_are_made_listed_and_removed() {
     setup.finish();
 }
 
-#[test]
 fn readdir_lists_ten_thousand_entries_once_each() {
     let Some(setup) = Setup::on_tmpfs(
         "readdir_lists_ten_thousand_entries_once_each",
@@ -762,7 +772,6 @@ fn readdir_lists_ten_thousand_entries_once_each() {
     setup.finish();
 }
 
-#[test]
 fn an_unlinked_open_file_keeps_its_data() {
     let Some(setup) = Setup::new(
         "an_unlinked_open_file_keeps_its_data",
@@ -808,7 +817,6 @@ fn an_unlinked_open_file_keeps_its_data() {
     setup.finish();
 }
 
-#[test]
 fn default_permissions_deny_another_user() {
     let Some(setup) = Setup::new(
         "default_permissions_deny_another_user",
@@ -872,7 +880,6 @@ fn default_permissions_deny_another_user() {
     setup.finish();
 }
 
-#[test]
 fn statfs_reports_the_workers_filesystem() {
     let Some(setup) = Setup::new(
         "statfs_reports_the_workers_filesystem",
@@ -894,7 +901,6 @@ fn statfs_reports_the_workers_filesystem() {
 }
 
 /// What SEMANTICS.md lists as unsupported or node-local, checked as the kernel reports it.
-#[test]
 fn unsupported_operations_fail_as_documented() {
     let Some(setup) = Setup::new(
         "unsupported_operations_fail_as_documented",
@@ -1016,10 +1022,9 @@ fn unsupported_operations_fail_as_documented() {
     setup.finish();
 }
 
-/// Regression: fuse3 pulls a READDIRPLUS entry before it finds the kernel's buffer full and
-/// drops it unsent; the adapter counted that entry as a lookup the kernel held, so every full
-/// reply left one node in the table that no FORGET would ever remove.
-#[test]
+/// Regression: the session adapter pulls a READDIRPLUS entry before it finds the kernel's
+/// buffer full and drops it unsent; an adapter that counted that entry as a lookup the kernel
+/// held left, with every full reply, one node in the table that no FORGET would ever remove.
 fn a_full_readdirplus_reply_leaks_no_node() {
     let Some(setup) = Setup::new(
         "a_full_readdirplus_reply_leaks_no_node",
@@ -1061,7 +1066,6 @@ fn a_full_readdirplus_reply_leaks_no_node() {
 /// readdir cookie was an entry's index in a fresh scan, so every entry removed behind the
 /// reader shifted the rest back and such a loop missed about half of 1,000 entries; cookies
 /// now come from the entry's name alone.
-#[test]
 fn unlinking_while_listing_skips_no_remaining_entry() {
     let Some(setup) = Setup::new(
         "unlinking_while_listing_skips_no_remaining_entry",

@@ -10,9 +10,15 @@ use std::time::Duration;
 
 use worker::AccessMode;
 
-use crate::support::{NOBODY, Setup, as_user};
+use crate::support::{NOBODY, Setup, as_user, on_fresh_and_adopted_mounts};
 
 const LIMIT: Duration = Duration::from_secs(120);
+
+// Every test here runs on a fresh mount and on an adopted one.
+on_fresh_and_adopted_mounts! {
+    writes_drop_set_id_bits_as_on_a_local_filesystem,
+    truncate_and_chown_drop_set_id_bits_through_the_kernel,
+}
 
 /// The modes every case starts from.
 const MODES: [u32; 4] = [0o4777, 0o2777, 0o6777, 0o2767];
@@ -139,7 +145,6 @@ fn open_to_everyone(setup: &Setup) -> PathBuf {
     root
 }
 
-#[test]
 fn writes_drop_set_id_bits_as_on_a_local_filesystem() {
     let Some(setup) = Setup::new(
         "writes_drop_set_id_bits_as_on_a_local_filesystem",
@@ -190,7 +195,6 @@ fn writes_drop_set_id_bits_as_on_a_local_filesystem() {
     setup.finish();
 }
 
-#[test]
 fn truncate_and_chown_drop_set_id_bits_through_the_kernel() {
     let Some(setup) = Setup::new(
         "truncate_and_chown_drop_set_id_bits_through_the_kernel",

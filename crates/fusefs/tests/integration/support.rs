@@ -195,6 +195,14 @@ impl Mount {
         self.mounted.as_ref().unwrap().path()
     }
 
+    /// Pauses the mount and has a new session adopt its connection, with the same `Fs`: the
+    /// kernel sees no second INIT, and every node and handle it holds is still served.
+    pub(crate) async fn hand_over(&mut self) {
+        let mounted = self.mounted.take().unwrap();
+        let paused = mounted.pause(Duration::from_secs(5)).await.unwrap();
+        self.mounted = Some(paused.resume().unwrap());
+    }
+
     pub(crate) async fn unmount(mut self) {
         if let Some(renewal) = self.lease_renewal.take() {
             renewal.stop().await;
@@ -242,9 +250,7 @@ pub(crate) fn runtime() -> tokio::runtime::Runtime {
 /// One privileged test: its namespace, runtime, worker and mount, and a watchdog.
 ///
 /// Fields drop in order: a mount left by a failed test, then the volume (which aborts and
-/// detaches leftover mounts), then the runtime. The runtime must go last: fuse3 reads
-/// `/dev/fuse` in a blocking task, and dropping a runtime waits for its blocking tasks, so
-/// it would wait for as long as the mount lives.
+/// detaches leftover mounts), then the runtime, on which the mount's session runs.
 pub(crate) struct Setup {
     pub(crate) mount: Option<Mount>,
     pub(crate) volume: Volume,
@@ -284,7 +290,10 @@ impl Setup {
         let rt = runtime();
         let volume = rt.block_on(volume);
         let path = volume.mount_point("a");
-        let mount = rt.block_on(Mount::new(&volume, &path, "node-a"));
+        let mut mount = rt.block_on(Mount::new(&volume, &path, "node-a"));
+        if ADOPTED.get() {
+            rt.block_on(mount.hand_over());
+        }
         Some(Setup {
             mount: Some(mount),
             volume,
@@ -312,6 +321,40 @@ impl Setup {
         self.rt.block_on(mount.unmount());
     }
 }
+
+thread_local! {
+    /// Whether [`Setup`] hands each mount over before the test uses it.
+    static ADOPTED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Runs `test` with the mount of every [`Setup`] it makes paused and adopted by a new session
+/// first ([`Mount::hand_over`]): the test then runs against an adopted connection.
+pub(crate) fn on_an_adopted_mount(test: impl FnOnce()) {
+    ADOPTED.set(true);
+    test();
+    ADOPTED.set(false);
+}
+
+/// Declares each of the named test functions (written without `#[test]`) twice: in `fresh`,
+/// against the session that mounted it, and in `adopted`, against a session that adopted
+/// the live connection ([`on_an_adopted_mount`]).
+macro_rules! on_fresh_and_adopted_mounts {
+    ($($name:ident),* $(,)?) => {
+        mod fresh {
+            $(#[test]
+            fn $name() {
+                super::$name()
+            })*
+        }
+        mod adopted {
+            $(#[test]
+            fn $name() {
+                $crate::support::on_an_adopted_mount(super::$name)
+            })*
+        }
+    };
+}
+pub(crate) use on_fresh_and_adopted_mounts;
 
 /// FUSE connections (fusectl minors) this process mounted and has not unmounted, with their
 /// mount points: the watchdog, or a failed test's cleanup, aborts them. (Only live ones: a
