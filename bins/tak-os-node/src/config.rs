@@ -66,6 +66,22 @@ pub struct Cli {
     #[arg(long, env = "TAK_OS_CALL_BUDGET_SECONDS", default_value_t = 15.0)]
     pub call_budget_seconds: f64,
 
+    /// Keeper mode: hold copies of the mount owner's FUSE connections on --keeper-socket, so
+    /// that mounts survive an owner upgrade. Nothing else runs in this mode.
+    #[arg(long, env = "TAK_OS_KEEPER")]
+    pub keeper: bool,
+
+    /// The keeper's socket (a path). The owner deposits every stage there and hands them over
+    /// when told to stop; without it, an owner restart ends every mount. In keeper mode, where
+    /// to listen.
+    #[arg(long, env = "TAK_OS_KEEPER_SOCKET")]
+    pub keeper_socket: Option<PathBuf>,
+
+    /// How long an owner told to stop waits for the requests in flight on its FUSE
+    /// connections before handing them to the keeper, in seconds.
+    #[arg(long, env = "TAK_OS_HANDOFF_DEADLINE_SECONDS", default_value_t = 10.0)]
+    pub handoff_deadline_seconds: f64,
+
     /// Log format.
     #[arg(long, env = "TAK_OS_LOG_FORMAT", value_enum, default_value_t = LogFormat::Json)]
     pub log_format: LogFormat,
@@ -98,9 +114,12 @@ pub enum Credentials {
     Directory(PathBuf),
 }
 
-/// The owner's validated configuration.
+/// The validated configuration of any mode: the owner (the default), the frontend
+/// (`mount_service`) or the keeper (`keeper`).
 #[derive(Debug, Clone)]
 pub struct Config {
+    /// Keeper mode: listen on `owner.keeper_socket`, nothing else.
+    pub keeper: bool,
     /// Where to serve CSI.
     pub endpoint: UnixEndpoint,
     /// In frontend mode, the mount owner's socket.
@@ -157,8 +176,28 @@ impl Cli {
                 "must not be the socket this process serves (--csi-endpoint)",
             ));
         }
+        let keeper_socket = match &self.keeper_socket {
+            Some(path) if path.is_absolute() && path.file_name().is_some() => Some(path.clone()),
+            Some(path) => {
+                return Err(bad(
+                    "--keeper-socket",
+                    format!("{path:?} is not an absolute path of a file"),
+                ));
+            }
+            None => None,
+        };
+        if self.keeper {
+            if keeper_socket.is_none() {
+                return Err(bad("--keeper", "needs --keeper-socket"));
+            }
+            if mount_service.is_some() {
+                return Err(bad("--keeper", "cannot be combined with --mount-service"));
+            }
+        }
         let node_id = match &self.node_id {
             Some(node) if !node.is_empty() => node.clone(),
+            // The keeper knows no node: it holds whatever the owner deposits.
+            _ if self.keeper => String::new(),
             _ => return Err(bad("--node-id", "is required (or set NODE_NAME)")),
         };
         if self.driver_name.is_empty() {
@@ -193,6 +232,8 @@ impl Cli {
         let lease_duration = seconds("--lease-seconds", self.lease_seconds)?;
         let renew_interval = seconds("--lease-renew-seconds", self.lease_renew_seconds)?;
         let call = seconds("--call-budget-seconds", self.call_budget_seconds)?;
+        let handoff_deadline =
+            seconds("--handoff-deadline-seconds", self.handoff_deadline_seconds)?;
         if renew_interval >= lease_duration {
             return Err(bad(
                 "--lease-renew-seconds",
@@ -212,7 +253,10 @@ impl Cli {
         owner.credential_namespace = self.credential_namespace.clone();
         owner.budgets = budgets;
         owner.lease = lease;
+        owner.keeper_socket = keeper_socket;
+        owner.handoff_deadline = handoff_deadline;
         Ok(Config {
+            keeper: self.keeper,
             endpoint,
             mount_service,
             driver_name: self.driver_name.clone(),
@@ -251,6 +295,19 @@ mod tests {
             Some("0.0.0.0:9899".parse().unwrap())
         );
         assert!(config.mount_service.is_none(), "the owner is the default");
+        assert!(!config.keeper);
+        assert_eq!(config.owner.keeper_socket, None, "no keeper unless asked");
+        assert_eq!(config.owner.handoff_deadline, Duration::from_secs(10));
+        let keeper =
+            Cli::try_parse_from(["tak-os-node", "--keeper", "--keeper-socket", "/run/k.sock"])
+                .unwrap()
+                .config()
+                .unwrap();
+        assert!(keeper.keeper, "the keeper needs no node ID");
+        assert_eq!(
+            keeper.owner.keeper_socket.as_deref(),
+            Some(Path::new("/run/k.sock"))
+        );
         let frontend = cli(&["--mount-service", "unix:///run/tak-os/owner.sock"]).unwrap();
         assert_eq!(
             frontend.mount_service.unwrap().path(),
@@ -276,6 +333,20 @@ mod tests {
             (
                 &["--mount-service", "unix:///csi/csi.sock"],
                 "--mount-service",
+            ),
+            (&["--keeper-socket", "relative.sock"], "--keeper-socket"),
+            (&["--keeper"], "--keeper"),
+            (
+                &[
+                    "--keeper",
+                    "--keeper-socket=/k.sock",
+                    "--mount-service=unix:///o.sock",
+                ],
+                "--keeper",
+            ),
+            (
+                &["--handoff-deadline-seconds", "0"],
+                "--handoff-deadline-seconds",
             ),
         ] {
             let error = cli(args).unwrap_err();

@@ -20,6 +20,7 @@ pub mod credentials;
 pub mod error;
 pub mod frontend;
 pub mod grpc;
+pub mod keeper;
 pub mod owner;
 pub mod status;
 
@@ -33,7 +34,9 @@ use owner::Owner;
 pub const DRIVER_NAME: &str = "csi.replicated.tak-os.org";
 
 /// Serves `config` until `shutdown` resolves: CSI on the endpoint, metrics and health on the
-/// metrics address. Stages stay mounted when it returns: the FUSE connections live as long as
+/// metrics address. With a keeper (`--keeper-socket`), stages the keeper holds handed over are
+/// taken back first, and every stage is handed over when `shutdown` resolves. Stages stay
+/// mounted when it returns; their connections live on with the keeper, or else as long as
 /// the process.
 pub async fn run(
     config: Config,
@@ -44,8 +47,10 @@ pub async fn run(
     let metrics = observe::install_metrics()?;
     let owner = Arc::new(Owner::new(config.owner.clone(), mounter, credentials)?);
     let listener = bind_root_only(config.endpoint.path())?;
+    let adopted = owner.adopt_handed_over().await;
     let left = owner.recover()?;
     let mut background = tokio::task::JoinSet::new();
+    background.spawn(Arc::clone(&owner).keep_deposits());
     if let Some(address) = config.metrics_address {
         let http = observe::bind_http(address)
             .await
@@ -66,16 +71,22 @@ pub async fn run(
     tracing::info!(
         endpoint = %config.endpoint.path().display(),
         node = %config.owner.node_id,
+        stages_taken_over = adopted,
         stages_left_by_an_earlier_owner = left,
+        keeper = ?config.owner.keeper_socket,
         version = env!("CARGO_PKG_VERSION"),
         "serving {}", config.driver_name
     );
     let service = grpc::NodeService::new(Arc::clone(&owner), config.driver_name.clone());
     let served = csi_proto::serve_on(listener, service.router(), shutdown).await;
     background.abort_all();
+    // No Node call runs any more: hand every stage to the keeper (if there is one), so the
+    // next owner process serves them on.
+    let report = owner.hand_over_all().await;
     served.context("the CSI server failed")?;
     tracing::info!(
         stages = owner.stage_count(),
+        handed_over = report.handed_over,
         "stopped; the stages stay mounted"
     );
     Ok(())
@@ -135,6 +146,18 @@ pub async fn run_frontend(
 /// stage's FUSE session reads its connection with readiness on the runtime's reactor, so the
 /// number of stages needs no thread of its own.
 pub fn serve(config: Config) -> anyhow::Result<()> {
+    if config.keeper {
+        let Some(socket) = config.owner.keeper_socket.clone() else {
+            anyhow::bail!("keeper mode needs --keeper-socket");
+        };
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        return runtime.block_on(keeper::run_keeper(&socket, async {
+            let signal = observe::shutdown_signal().await;
+            tracing::info!(signal, "shutting down");
+        }));
+    }
     if config.mount_service.is_some() {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .enable_all()

@@ -73,8 +73,8 @@ mod socket;
 pub use endpoint::{MAX_SOCKET_PATH_LEN, UnixEndpoint};
 pub use error::{EndpointProblem, Error, FileKind};
 pub use socket::{
-    SHUTDOWN_GRACE, bind_unix, connect_unix, connect_unix_lazy, serve_on, serve_on_with_grace,
-    serve_unix,
+    SHUTDOWN_GRACE, bind_unix, connect_unix, connect_unix_lazy, remove_stale_socket, serve_on,
+    serve_on_with_grace, serve_unix,
 };
 
 /// NodeGetCapabilities' answer: the node service RPC capabilities `types`, in order.

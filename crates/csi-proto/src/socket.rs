@@ -46,8 +46,9 @@ pub fn bind_unix(path: impl AsRef<Path>) -> Result<UnixListener, Error> {
     })
 }
 
-/// Removes `path` if and only if it is a socket; a missing path is fine.
-fn remove_stale_socket(path: &Path) -> Result<(), Error> {
+/// Removes `path` if and only if it is a socket (a stale one left by an earlier process); a
+/// missing path is fine, and anything else is an error that names it.
+pub fn remove_stale_socket(path: &Path) -> Result<(), Error> {
     let metadata = match std::fs::symlink_metadata(path) {
         Ok(metadata) => metadata,
         Err(source) if source.kind() == io::ErrorKind::NotFound => return Ok(()),

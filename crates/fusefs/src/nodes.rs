@@ -46,6 +46,22 @@ impl Nodes {
         }
     }
 
+    /// The table a previous server of the connection held ([`crate::Fs::state`]), with its
+    /// lookup counts. The root is always there, with the given generation.
+    pub(crate) fn restore(root_generation: u64, states: &[NodeState]) -> Self {
+        let mut table = Nodes::new(root_generation);
+        for state in states.iter().filter(|s| s.node != ROOT_INO) {
+            table.nodes.insert(
+                state.node,
+                Node {
+                    inode_generation: state.inode_generation,
+                    lookups: state.lookups,
+                },
+            );
+        }
+        table
+    }
+
     /// The worker file behind a node ID, if the kernel may use that ID.
     pub(crate) fn file(&self, node: u64) -> Option<FileId> {
         self.nodes.get(&node).map(|n| FileId {
@@ -133,6 +149,28 @@ mod tests {
             })
         );
         assert_eq!(nodes.len(), 1);
+    }
+
+    #[test]
+    fn a_restored_table_is_the_snapshot_it_came_from() {
+        let mut nodes = Nodes::new(1);
+        for ino in [5, 9, 9, 12] {
+            nodes.looked_up(FileId {
+                ino,
+                inode_generation: ino * 10,
+            });
+        }
+        let snapshot = nodes.snapshot();
+        let restored = Nodes::restore(1, &snapshot);
+        assert_eq!(restored.snapshot(), snapshot);
+        // A snapshot without the root still has it; a root in it keeps the table's own.
+        let without_root: Vec<_> = snapshot.iter().copied().filter(|n| n.node != 1).collect();
+        assert_eq!(Nodes::restore(1, &without_root).snapshot(), snapshot);
+        let mut restored = Nodes::restore(1, &snapshot);
+        restored.forget(9, 1);
+        assert!(restored.file(9).is_some(), "two lookups were restored");
+        restored.forget(9, 1);
+        assert!(restored.file(9).is_none());
     }
 
     #[test]

@@ -491,7 +491,7 @@ impl Shared {
     }
 
     /// One request, bounded by the request timeout, its answer decoded as `T`.
-    async fn call<T: k8s_openapi::serde::de::DeserializeOwned>(
+    async fn call<T: serde::de::DeserializeOwned>(
         &self,
         request: http::Request<Vec<u8>>,
     ) -> Result<T, ApiFailure> {
@@ -791,7 +791,7 @@ async fn run_watch(shared: Arc<Shared>) {
 
 /// Decodes an API server answer; the error quotes none of it (serde's messages can quote the
 /// value that did not fit, and a Secret's value is what does not fit).
-fn decode<T: k8s_openapi::serde::de::DeserializeOwned>(text: &str) -> Result<T, ApiFailure> {
+fn decode<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, ApiFailure> {
     serde_json::from_str(text).map_err(|error| {
         let what = match error.classify() {
             serde_json::error::Category::Io => "unreadable",

@@ -22,10 +22,12 @@ use crate::context::VolumeContext;
 use crate::credentials::CredentialSource;
 use crate::error::Error;
 
+mod handoff;
 mod publish;
 mod stage;
 mod stats;
 
+pub use handoff::HandOverReport;
 pub use stats::{Condition, VolumeStats};
 
 /// The worker client of one stage.
@@ -95,6 +97,14 @@ pub struct OwnerConfig {
     pub stats_timeout: Duration,
     /// How long an unmount waits for the FUSE session to end.
     pub unmount_wait: Duration,
+    /// The keeper's socket: every stage is deposited there, and handed over when the owner
+    /// is told to stop. Without one, an owner restart ends its mounts.
+    pub keeper_socket: Option<PathBuf>,
+    /// How long handing a stage over waits for its requests in flight.
+    pub handoff_deadline: Duration,
+    /// How often the keeper is asked whether it is there (a new connection to it means it may
+    /// have restarted: every stage is deposited again).
+    pub keeper_check: Duration,
     /// Called at each step of a stage (crash tests only).
     pub hook: Hook,
 }
@@ -112,6 +122,9 @@ impl OwnerConfig {
             fs: fusefs::FsConfig::default(),
             stats_timeout: Duration::from_secs(2),
             unmount_wait: Duration::from_secs(5),
+            keeper_socket: None,
+            handoff_deadline: Duration::from_secs(10),
+            keeper_check: Duration::from_secs(1),
             hook: Hook::default(),
         }
     }
@@ -129,6 +142,8 @@ pub struct Owner {
     /// Volumes with a call in flight.
     busy: Mutex<HashSet<String>>,
     ready: AtomicBool,
+    /// The keeper, when one is configured.
+    keeper: Option<Arc<crate::keeper::KeeperLink>>,
 }
 
 impl std::fmt::Debug for dyn CredentialSource {
@@ -205,8 +220,13 @@ impl Owner {
             field: "kubelet root",
             source,
         })?;
+        let keeper = config
+            .keeper_socket
+            .as_ref()
+            .map(|path| Arc::new(crate::keeper::KeeperLink::new(path)));
         Ok(Owner {
             config,
+            keeper,
             kubelet,
             mounter,
             credentials,
@@ -225,7 +245,9 @@ impl Owner {
     /// come (from the session record beside the path in the request and the kernel's mount
     /// table; nothing walks the kubelet directory, which may hold dead mounts). What is left
     /// here is to count them for the logs: the mount table names every
-    /// `fuse.tak-os-replicated` mount, and each is reported as not held by this process.
+    /// `fuse.tak-os-replicated` mount, and each one not on the connection of a stage this
+    /// process holds (made, or taken back from the keeper with [`Owner::adopt_handed_over`],
+    /// which runs first) is reported as not held by this process.
     pub fn recover(&self) -> Result<usize, Error> {
         let bytes = mountinfo::read_self().map_err(|e| Error::Mounter {
             volume_id: String::new(),
@@ -239,9 +261,13 @@ impl Owner {
             volume_id: String::new(),
             source: mounter::Error::MountTable(e),
         })?;
+        let held: HashSet<(u32, u32)> = lock(&self.stages)
+            .values()
+            .map(|stage| (stage.identity.major, stage.identity.minor))
+            .collect();
         let left = table
             .iter()
-            .filter(|m| m.fs_type() == fusefs::FS_TYPE)
+            .filter(|m| m.fs_type() == fusefs::FS_TYPE && !held.contains(&(m.major(), m.minor())))
             .inspect(|m| {
                 tracing::warn!(
                     volume = %m.source().to_string_lossy(),

@@ -156,9 +156,12 @@ impl Owner {
         // From here on, a final error must undo what this call created.
         match self.complete_stage(&file, &record, context, &staging).await {
             Ok(stage) => {
-                let mut stages = lock(&self.stages);
-                stages.insert(staging, stage);
-                metrics::gauge!("tak_os_node_stages").set(stages.len() as f64);
+                {
+                    let mut stages = lock(&self.stages);
+                    stages.insert(staging, Arc::clone(&stage));
+                    metrics::gauge!("tak_os_node_stages").set(stages.len() as f64);
+                }
+                self.deposit(&stage).await;
                 Ok(NodeStageVolumeResponse {})
             }
             Err(error) => {
@@ -291,33 +294,7 @@ impl Owner {
         staging: &Path,
     ) -> Result<Arc<Stage>, Error> {
         let volume_id = record.identity().volume_id.clone();
-        let material =
-            self.credentials
-                .load(&volume_id)
-                .await
-                .map_err(|source| Error::Credentials {
-                    volume_id: volume_id.clone(),
-                    source,
-                })?;
-        let credentials = material
-            .credentials()
-            .map_err(|source| Error::Credentials {
-                volume_id: volume_id.clone(),
-                source,
-            })?;
-        let client = WorkerClient::new(
-            ClientConfig {
-                volume_id: volume_id.clone(),
-                volume_generation: VolumeGeneration(context.generation),
-                access_mode: match context.mode {
-                    VolumeMode::Rwx => WireAccessMode::Rwx,
-                    VolumeMode::Rwo => WireAccessMode::Rwo,
-                },
-                endpoints: context.endpoints.clone(),
-                budgets: self.config.budgets,
-            },
-            lease_client::HttpsTransport::with_credentials(&self.config.budgets, &credentials),
-        );
+        let (client, material) = self.worker_client(&volume_id, &context).await?;
         let (client, lease) = match record.epoch() {
             None => {
                 self.check_volume(&client, &volume_id, context.generation)
@@ -393,6 +370,43 @@ impl Owner {
             lease,
             refresh,
         }))
+    }
+
+    /// A worker client of the volume with the stage's context and the volume's credentials,
+    /// and those credentials (whose changes the stage's refresh task watches for).
+    pub(crate) async fn worker_client(
+        &self,
+        volume_id: &str,
+        context: &VolumeContext,
+    ) -> Result<(WorkerClient, crate::credentials::Material), Error> {
+        let material =
+            self.credentials
+                .load(volume_id)
+                .await
+                .map_err(|source| Error::Credentials {
+                    volume_id: volume_id.to_owned(),
+                    source,
+                })?;
+        let credentials = material
+            .credentials()
+            .map_err(|source| Error::Credentials {
+                volume_id: volume_id.to_owned(),
+                source,
+            })?;
+        let client = WorkerClient::new(
+            ClientConfig {
+                volume_id: volume_id.to_owned(),
+                volume_generation: VolumeGeneration(context.generation),
+                access_mode: match context.mode {
+                    VolumeMode::Rwx => WireAccessMode::Rwx,
+                    VolumeMode::Rwo => WireAccessMode::Rwo,
+                },
+                endpoints: context.endpoints.clone(),
+                budgets: self.config.budgets,
+            },
+            lease_client::HttpsTransport::with_credentials(&self.config.budgets, &credentials),
+        );
+        Ok((client, material))
     }
 
     /// One read call: do the workers serve this volume at this generation?
@@ -575,6 +589,7 @@ impl Owner {
                 }
             }
         }
+        self.withdraw(&staging).await;
         if let Some(record) = &record {
             file.remove(record.identity()).map_err(session)?;
         }
@@ -660,7 +675,7 @@ impl Owner {
 
 /// Refuses a record of this volume made with other endpoints or another access mode: a stage
 /// of another request.
-fn check_same_stage(
+pub(crate) fn check_same_stage(
     record: &SessionRecord,
     context: &VolumeContext,
     staging: &Path,
@@ -701,7 +716,7 @@ pub(crate) fn describe(identity: &MountIdentity) -> String {
 }
 
 /// The owner's error for a failed worker call.
-fn worker_error(
+pub(crate) fn worker_error(
     volume_id: &str,
     generation: u64,
     op: &'static str,
@@ -746,7 +761,7 @@ fn worker_error(
 
 /// Keeps a stage's credentials current: waits for the source to report a change, loads, and
 /// swaps new material into the live client (calls in flight finish with the old).
-async fn refresh_credentials(
+pub(crate) async fn refresh_credentials(
     source: Arc<dyn crate::credentials::CredentialSource>,
     volume_id: String,
     fs: Arc<fusefs::Fs<WorkerClient>>,

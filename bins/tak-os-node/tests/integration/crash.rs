@@ -25,38 +25,53 @@ const CHILD_ENV: &str = "TAK_OS_NODE_TEST_OWNER";
 
 /// Not a test on its own: the crash tests re-execute this binary to run an owner in a child
 /// process. `TAK_OS_NODE_TEST_OWNER` holds, one per line: the socket, the kubelet root, the
-/// credentials directory, the node ID, and the stage point to die at (or `none`).
+/// credentials directory, the node ID, the stage point to die at (or `none`), the keeper's
+/// socket (or nothing: no keeper), and a gate file to wait for before starting (or nothing).
 #[test]
 #[ignore = "a helper process of the crash tests"]
 fn child_owner_process() {
     let Ok(spec) = std::env::var(CHILD_ENV) else {
         return;
     };
-    let lines: Vec<&str> = spec.lines().collect();
-    let [socket, kubelet, credentials, node, point] = lines[..] else {
+    // Logs go to the process's stderr, which the test keeps in a file.
+    observe::init_logging(observe::LogFormat::Text);
+    // Split, not lines(): the last line may be empty (no keeper).
+    let lines: Vec<&str> = spec.split('\n').collect();
+    let [socket, kubelet, credentials, node, point, keeper, gate] = lines[..] else {
         panic!("malformed {CHILD_ENV}: {spec:?}");
     };
-    let cli = <Cli as clap::Parser>::try_parse_from([
-        "tak-os-node",
-        "--csi-endpoint",
-        &format!("unix://{socket}"),
-        "--node-id",
-        node,
-        "--kubelet-root",
-        kubelet,
-        "--credentials-dir",
-        credentials,
-        "--credential-namespace",
-        NAMESPACE,
-        "--metrics-address",
-        "",
-        "--lease-seconds",
-        "9",
-        "--lease-renew-seconds",
-        "2",
-        "--call-budget-seconds",
-        "1.5",
-    ])
+    while !gate.is_empty() && !Path::new(gate).exists() {
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let keeper_args = match keeper {
+        "" => vec![],
+        keeper => vec!["--keeper-socket", keeper],
+    };
+    let cli = <Cli as clap::Parser>::try_parse_from(
+        [
+            "tak-os-node",
+            "--csi-endpoint",
+            &format!("unix://{socket}"),
+            "--node-id",
+            node,
+            "--kubelet-root",
+            kubelet,
+            "--credentials-dir",
+            credentials,
+            "--credential-namespace",
+            NAMESPACE,
+            "--metrics-address",
+            "",
+            "--lease-seconds",
+            "9",
+            "--lease-renew-seconds",
+            "2",
+            "--call-budget-seconds",
+            "1.5",
+        ]
+        .into_iter()
+        .chain(keeper_args),
+    )
     .unwrap();
     let mut config = cli.config().unwrap();
     let die_at = match point {
@@ -81,6 +96,24 @@ fn child_owner_process() {
 
 /// An owner process: this binary re-executed as `child_owner_process`, dying at `die_at`.
 fn spawn_owner(dir: &Path, cluster: &Cluster, node: &str, die_at: &str) -> ServerProcess {
+    spawn_owner_with(dir, cluster, node, die_at, None, None)
+}
+
+/// An owner process that deposits its stages with the keeper at `keeper`, and that starts
+/// only once the file `gate` exists.
+///
+/// A gate lets a test start owner processes before it opens files on a FUSE mount: a process
+/// forked while the test holds such files closes its copies at `exec`, and each close sends a
+/// FLUSH that waits for the connection's server, which during a hand-off is the very owner
+/// being started.
+pub(crate) fn spawn_owner_with(
+    dir: &Path,
+    cluster: &Cluster,
+    node: &str,
+    die_at: &str,
+    keeper: Option<&Path>,
+    gate: Option<&Path>,
+) -> ServerProcess {
     let socket = dir.join(format!("{node}-{die_at}.sock"));
     let kubelet = dir.join(node).join("kubelet");
     fs::create_dir_all(kubelet.join("plugins")).unwrap();
@@ -90,6 +123,8 @@ fn spawn_owner(dir: &Path, cluster: &Cluster, node: &str, die_at: &str) -> Serve
         cluster.credentials.display().to_string(),
         node.to_owned(),
         die_at.to_owned(),
+        keeper.map(|k| k.display().to_string()).unwrap_or_default(),
+        gate.map(|g| g.display().to_string()).unwrap_or_default(),
     ];
     ServerProcess::spawn(
         "crash::child_owner_process",
@@ -101,7 +136,7 @@ fn spawn_owner(dir: &Path, cluster: &Cluster, node: &str, die_at: &str) -> Serve
 }
 
 /// A Node client of an owner process.
-async fn client_of(owner: &ServerProcess) -> NodeClient<tonic::transport::Channel> {
+pub(crate) async fn client_of(owner: &ServerProcess) -> NodeClient<tonic::transport::Channel> {
     NodeClient::new(owner.channel().await)
 }
 

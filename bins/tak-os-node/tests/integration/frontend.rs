@@ -8,10 +8,8 @@
 //! frontend is this test binary re-executed (`child_frontend_process`).
 
 use std::fs;
-use std::os::unix::fs::FileExt as _;
 use std::path::Path;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use csi_proto::v1::identity_client::IdentityClient;
@@ -22,12 +20,11 @@ use tak_os_node::config::Cli;
 use tonic::Code;
 
 use crate::support::{
-    Cluster, NAMESPACE, ServerProcess, mounts_under, privileged, publish_request, stage_request,
-    unpublish_request, unstage_request,
+    Cluster, NAMESPACE, ServerProcess, VerifiedStream, epoch_of, mount_id, mounts_under,
+    privileged, publish_request, stage_request, unpublish_request, unstage_request,
 };
 
 const CHILD_ENV: &str = "TAK_OS_NODE_TEST_FRONTEND";
-const CHUNK: usize = 4096;
 
 fn cli(args: &[&str]) -> tak_os_node::config::Config {
     let mut all = vec!["tak-os-node", "--metrics-address", ""];
@@ -84,31 +81,6 @@ fn spawn_frontend(dir: &Path, name: &str, owner: &Path, node: &str) -> ServerPro
         socket,
         &dir.join("frontends.log"),
     )
-}
-
-/// The epoch in the RWO session record beside `staging`.
-fn epoch_of(staging: &Path) -> String {
-    let record = staging.with_file_name(format!(
-        "{}.rwo-session",
-        staging.file_name().unwrap().to_string_lossy()
-    ));
-    let json: serde_json::Value = serde_json::from_slice(&fs::read(record).unwrap()).unwrap();
-    json["epoch"].as_str().unwrap().to_owned()
-}
-
-/// The kernel's ID of the mount at `path`.
-fn mount_id(path: &Path) -> u64 {
-    let bytes = mountinfo::read_self().unwrap();
-    let table = mountinfo::MountTable::parse(&bytes).unwrap();
-    table.by_mount_point(path).unwrap().mount_id()
-}
-
-fn chunk(n: u64) -> Vec<u8> {
-    let mut data = vec![0u8; CHUNK];
-    for (i, byte) in data.iter_mut().enumerate() {
-        *byte = (n as usize * 31 + i) as u8;
-    }
-    data
 }
 
 #[test]
@@ -180,79 +152,14 @@ fn the_frontend_restarts_under_io_without_breaking_a_mount() {
             let stage_mount = mount_id(&staging);
 
             // A writer of a verified stream, and a reader that checks what is there so far.
-            let stop = Arc::new(AtomicBool::new(false));
-            let written = Arc::new(AtomicU64::new(0));
-            let failure = Arc::new(std::sync::Mutex::new(None::<String>));
-            let file = target.join("stream");
-            fs::write(&file, b"").unwrap();
-            let writer = std::thread::spawn({
-                let (stop, written, file) = (stop.clone(), written.clone(), file.clone());
-                let failure = failure.clone();
-                move || -> Result<(), String> {
-                    let run = || -> Result<(), String> {
-                        let out = fs::OpenOptions::new()
-                            .write(true)
-                            .open(&file)
-                            .map_err(|e| e.to_string())?;
-                        let mut n = 0u64;
-                        while !stop.load(Ordering::SeqCst) {
-                            out.write_all_at(&chunk(n), n * CHUNK as u64)
-                                .map_err(|e| format!("write {n}: {e}"))?;
-                            n += 1;
-                            written.store(n, Ordering::SeqCst);
-                        }
-                        Ok(())
-                    };
-                    run().inspect_err(|e| *failure.lock().unwrap() = Some(e.clone()))
-                }
-            });
-            let reader = std::thread::spawn({
-                let (stop, written, file) = (stop.clone(), written.clone(), file.clone());
-                let failure = failure.clone();
-                move || -> Result<u64, String> {
-                    let run = || -> Result<u64, String> {
-                        let input = fs::File::open(&file).map_err(|e| e.to_string())?;
-                        let mut checked = 0u64;
-                        let mut buf = vec![0u8; CHUNK];
-                        while !stop.load(Ordering::SeqCst) {
-                            let n = written.load(Ordering::SeqCst);
-                            if checked >= n {
-                                std::thread::sleep(Duration::from_millis(1));
-                                continue;
-                            }
-                            input
-                                .read_exact_at(&mut buf, checked * CHUNK as u64)
-                                .map_err(|e| format!("read {checked}: {e}"))?;
-                            if buf != chunk(checked) {
-                                return Err(format!("chunk {checked} read back wrong"));
-                            }
-                            checked += 1;
-                        }
-                        Ok(checked)
-                    };
-                    run().inspect_err(|e| *failure.lock().unwrap() = Some(e.clone()))
-                }
-            });
-            let progress = async || {
-                let from = written.load(Ordering::SeqCst);
-                let start = Instant::now();
-                while written.load(Ordering::SeqCst) < from + 50 {
-                    assert!(
-                        !writer.is_finished() && !reader.is_finished(),
-                        "the I/O stopped: {:?}",
-                        failure.lock().unwrap()
-                    );
-                    assert!(start.elapsed() < Duration::from_secs(20), "no I/O progress");
-                    tokio::time::sleep(Duration::from_millis(5)).await;
-                }
-            };
+            let stream = VerifiedStream::start(&target.join("stream"));
             let stats = NodeGetVolumeStatsRequest {
                 volume_id: "vol-front".to_owned(),
                 volume_path: target.display().to_string(),
                 staging_target_path: String::new(),
             };
 
-            progress().await;
+            stream.progress().await;
             for round in 0..5 {
                 frontend.kill();
                 // Kubelet's call while the frontend is down fails; its retry after the
@@ -261,31 +168,14 @@ fn the_frontend_restarts_under_io_without_breaking_a_mount() {
                     client.node_get_volume_stats(stats.clone()).await.is_err(),
                     "round {round}: the frontend is down"
                 );
-                progress().await;
+                stream.progress().await;
                 frontend = spawn_frontend(&dir, "csi", &owner_socket, "node-a");
                 client = NodeClient::new(frontend.channel().await);
                 let answer = client.node_get_volume_stats(stats.clone()).await.unwrap();
                 assert!(!answer.into_inner().volume_condition.unwrap().abnormal);
-                progress().await;
+                stream.progress().await;
             }
-            stop.store(true, Ordering::SeqCst);
-            writer.join().unwrap().unwrap();
-            let checked = reader.join().unwrap().unwrap();
-            let total = written.load(Ordering::SeqCst);
-            assert!(
-                checked > 0 && total >= checked,
-                "{checked} of {total} chunks checked"
-            );
-            let all = fs::read(&file).unwrap();
-            assert_eq!(
-                all.len() as u64,
-                total * CHUNK as u64,
-                "every byte is there"
-            );
-            for n in 0..total {
-                let at = n as usize * CHUNK;
-                assert!(all[at..at + CHUNK] == chunk(n)[..], "chunk {n} is correct");
-            }
+            stream.finish();
             assert_eq!(epoch_of(&staging), epoch, "the lease epoch is unchanged");
             assert_eq!(mount_id(&staging), stage_mount, "no new stage");
 

@@ -8,6 +8,7 @@
 
 mod crash;
 mod frontend;
+mod handoff;
 mod kube_secrets;
 mod owner;
 mod support;

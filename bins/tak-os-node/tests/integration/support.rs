@@ -327,6 +327,25 @@ impl ServerProcess {
         self.child.wait().unwrap();
     }
 
+    /// Sends SIGTERM and waits for the process to exit (at most 30 s): how Kubernetes stops a
+    /// Pod. Returns how long it took.
+    pub(crate) fn terminate(mut self) -> Duration {
+        let pid = rustix::process::Pid::from_raw(self.child.id() as i32).unwrap();
+        let start = std::time::Instant::now();
+        rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                assert!(status.success(), "the process exited with {status}");
+                return start.elapsed();
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(30),
+                "the process ignored SIGTERM for 30 s"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
     /// Waits until the process has died on its own (a hook killed it).
     pub(crate) fn died(mut self) {
         let status = self.child.wait().unwrap();
@@ -339,4 +358,171 @@ impl Drop for ServerProcess {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// The bytes of one chunk of a [`VerifiedStream`].
+pub(crate) const CHUNK: usize = 4096;
+
+/// Chunk `n` of a [`VerifiedStream`]: bytes that differ from chunk to chunk.
+pub(crate) fn chunk(n: u64) -> Vec<u8> {
+    let mut data = vec![0u8; CHUNK];
+    for (i, byte) in data.iter_mut().enumerate() {
+        *byte = (n as usize * 31 + i) as u8;
+    }
+    data
+}
+
+/// A writer of a verified stream through a mount, and a reader that checks what is there so
+/// far, each on a thread of its own with one descriptor open throughout. The first I/O error
+/// of either stops it and is kept.
+pub(crate) struct VerifiedStream {
+    file: PathBuf,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    written: Arc<std::sync::atomic::AtomicU64>,
+    /// The longest single write, in microseconds.
+    longest_write_us: Arc<std::sync::atomic::AtomicU64>,
+    failure: Arc<std::sync::Mutex<Option<String>>>,
+    writer: std::thread::JoinHandle<Result<(), String>>,
+    reader: std::thread::JoinHandle<Result<u64, String>>,
+}
+
+impl VerifiedStream {
+    /// Starts both threads on `file`, which is created empty.
+    pub(crate) fn start(file: &Path) -> VerifiedStream {
+        use std::os::unix::fs::FileExt as _;
+        use std::sync::atomic::Ordering;
+        fs::write(file, b"").unwrap();
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let written = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let longest_write_us = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let failure = Arc::new(std::sync::Mutex::new(None::<String>));
+        let writer = std::thread::spawn({
+            let (stop, written, longest) =
+                (stop.clone(), written.clone(), longest_write_us.clone());
+            let (file, failure) = (file.to_owned(), failure.clone());
+            move || -> Result<(), String> {
+                let run = || -> Result<(), String> {
+                    let out = fs::OpenOptions::new()
+                        .write(true)
+                        .open(&file)
+                        .map_err(|e| e.to_string())?;
+                    let mut n = 0u64;
+                    while !stop.load(Ordering::SeqCst) {
+                        let started = std::time::Instant::now();
+                        out.write_all_at(&chunk(n), n * CHUNK as u64)
+                            .map_err(|e| format!("write {n}: {e}"))?;
+                        let took = started.elapsed().as_micros() as u64;
+                        longest.fetch_max(took, Ordering::SeqCst);
+                        n += 1;
+                        written.store(n, Ordering::SeqCst);
+                    }
+                    Ok(())
+                };
+                run().inspect_err(|e| *failure.lock().unwrap() = Some(e.clone()))
+            }
+        });
+        let reader = std::thread::spawn({
+            let (stop, written) = (stop.clone(), written.clone());
+            let (file, failure) = (file.to_owned(), failure.clone());
+            move || -> Result<u64, String> {
+                let run = || -> Result<u64, String> {
+                    let input = fs::File::open(&file).map_err(|e| e.to_string())?;
+                    let mut checked = 0u64;
+                    let mut buf = vec![0u8; CHUNK];
+                    while !stop.load(Ordering::SeqCst) {
+                        if checked >= written.load(Ordering::SeqCst) {
+                            std::thread::sleep(Duration::from_millis(1));
+                            continue;
+                        }
+                        input
+                            .read_exact_at(&mut buf, checked * CHUNK as u64)
+                            .map_err(|e| format!("read {checked}: {e}"))?;
+                        if buf != chunk(checked) {
+                            return Err(format!("chunk {checked} read back wrong"));
+                        }
+                        checked += 1;
+                    }
+                    Ok(checked)
+                };
+                run().inspect_err(|e| *failure.lock().unwrap() = Some(e.clone()))
+            }
+        });
+        VerifiedStream {
+            file: file.to_owned(),
+            stop,
+            written,
+            longest_write_us,
+            failure,
+            writer,
+            reader,
+        }
+    }
+
+    /// Waits until 50 more chunks were written (at most 20 s), failing at once when either
+    /// thread stopped.
+    pub(crate) async fn progress(&self) {
+        use std::sync::atomic::Ordering;
+        let from = self.written.load(Ordering::SeqCst);
+        let start = std::time::Instant::now();
+        while self.written.load(Ordering::SeqCst) < from + 50 {
+            assert!(
+                !self.writer.is_finished() && !self.reader.is_finished(),
+                "the I/O stopped: {:?}",
+                self.failure.lock().unwrap()
+            );
+            assert!(start.elapsed() < Duration::from_secs(20), "no I/O progress");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    /// The longest single write so far, and starts measuring afresh.
+    pub(crate) fn take_longest_write(&self) -> Duration {
+        let us = self
+            .longest_write_us
+            .swap(0, std::sync::atomic::Ordering::SeqCst);
+        Duration::from_micros(us)
+    }
+
+    /// Stops both threads, asserts that neither failed, and checks the whole file: every
+    /// chunk written is there, once, in order. Returns the chunks written and those the
+    /// reader checked on the way.
+    pub(crate) fn finish(self) -> (u64, u64) {
+        use std::sync::atomic::Ordering;
+        self.stop.store(true, Ordering::SeqCst);
+        self.writer.join().unwrap().unwrap();
+        let checked = self.reader.join().unwrap().unwrap();
+        let total = self.written.load(Ordering::SeqCst);
+        assert!(
+            checked > 0 && total >= checked,
+            "{checked} of {total} chunks checked"
+        );
+        let all = fs::read(&self.file).unwrap();
+        assert_eq!(
+            all.len() as u64,
+            total * CHUNK as u64,
+            "every byte is there"
+        );
+        for n in 0..total {
+            let at = n as usize * CHUNK;
+            assert!(all[at..at + CHUNK] == chunk(n)[..], "chunk {n} is correct");
+        }
+        (total, checked)
+    }
+}
+
+/// The epoch in the RWO session record beside `staging`.
+pub(crate) fn epoch_of(staging: &Path) -> String {
+    let record = staging.with_file_name(format!(
+        "{}.rwo-session",
+        staging.file_name().unwrap().to_string_lossy()
+    ));
+    let json: serde_json::Value = serde_json::from_slice(&fs::read(record).unwrap()).unwrap();
+    json["epoch"].as_str().unwrap().to_owned()
+}
+
+/// The kernel's ID of the mount at `path`.
+pub(crate) fn mount_id(path: &Path) -> u64 {
+    let bytes = mountinfo::read_self().unwrap();
+    let table = mountinfo::MountTable::parse(&bytes).unwrap();
+    table.by_mount_point(path).unwrap().mount_id()
 }

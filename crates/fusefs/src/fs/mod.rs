@@ -128,6 +128,25 @@ impl<S: FileService> Fs<S> {
         }
     }
 
+    /// A filesystem that serves a connection another `Fs` served before: it takes over the
+    /// nodes (with their lookup counts) and open handles of `state`, that `Fs`'s
+    /// [`Fs::state`] at the moment it stopped serving. The handles are renewed from the next
+    /// renewal on ([`Fs::run_handle_renewal`]).
+    pub fn with_state(service: S, config: FsConfig, state: &MountState) -> Self {
+        let fs = Fs::new(service, config);
+        *lock(&fs.nodes) = Nodes::restore(config.root_generation, &state.nodes);
+        lock(&fs.handles).extend(state.handles.iter().map(|h| {
+            (
+                h.handle,
+                OpenFile {
+                    file: h.file,
+                    flags: h.flags,
+                },
+            )
+        }));
+        fs
+    }
+
     /// The file service.
     pub fn service(&self) -> &S {
         &self.service

@@ -1,0 +1,232 @@
+//! The keeper process (`tak-os-node --keeper`): it holds copies of the owners' FUSE
+//! descriptors and nothing else. It never opens `/dev/fuse`, never mounts, never reads a
+//! connection and serves no HTTP: one socket, root peers only.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use anyhow::Context as _;
+use fdpass::{AsyncChannel, AsyncListener, Listener};
+
+use super::protocol::{self, Answer, Deposit, Request};
+
+/// One stage the keeper holds.
+#[derive(Debug)]
+struct Held {
+    deposit: Deposit,
+    /// The `/dev/fuse` copy, and the state memfd of a handed-over stage.
+    fds: Vec<OwnedFd>,
+    /// The connection of the owner that serves it; `None` once handed over.
+    owner: Option<u64>,
+}
+
+/// Everything the keeper holds, by staging path.
+#[derive(Debug, Default)]
+struct Keeper {
+    held: Mutex<HashMap<PathBuf, Held>>,
+}
+
+/// Serves the keeper on `socket` until `shutdown` resolves. A stale socket file left at the
+/// path by an earlier keeper is replaced; the socket is root-only (0600), and connections from
+/// peers other than root are refused.
+///
+/// When it returns, every copy it held closes with the process: a stage an owner still serves
+/// goes on, and a handed-over stage whose owner has not taken it back ends.
+pub async fn run_keeper(socket: &Path, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
+    csi_proto::remove_stale_socket(socket)
+        .with_context(|| format!("cannot replace the socket file at {socket:?}"))?;
+    let listener = Listener::bind(socket)
+        .and_then(AsyncListener::new)
+        .with_context(|| format!("cannot listen on {socket:?}"))?;
+    tracing::info!(socket = %socket.display(), version = env!("CARGO_PKG_VERSION"), "keeping FUSE connections");
+    let keeper = Arc::new(Keeper::default());
+    let mut connections = tokio::task::JoinSet::new();
+    let mut next = 0u64;
+    let mut shutdown = std::pin::pin!(shutdown);
+    loop {
+        tokio::select! {
+            () = &mut shutdown => break,
+            accepted = listener.accept() => match accepted {
+                Ok(channel) => {
+                    next += 1;
+                    connections.spawn(Arc::clone(&keeper).serve(channel, next));
+                }
+                Err(error) => {
+                    tracing::warn!(error = %error_text::chain(&error), "accepting a connection failed");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            },
+            Some(_) = connections.join_next() => {}
+        }
+    }
+    connections.abort_all();
+    let held = keeper.lock().len();
+    tracing::info!(
+        stages = held,
+        "stopped; the copies close with this process (stages an owner serves go on)"
+    );
+    Ok(())
+}
+
+fn refused(reason: impl std::fmt::Display) -> Answer {
+    Answer::Refused {
+        reason: reason.to_string(),
+    }
+}
+
+impl Keeper {
+    fn lock(&self) -> MutexGuard<'_, HashMap<PathBuf, Held>> {
+        self.held.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// One owner's connection, until it closes.
+    async fn serve(self: Arc<Self>, channel: AsyncChannel, connection: u64) {
+        match channel.peer_credentials() {
+            Ok(peer) if peer.uid == 0 => {
+                tracing::info!(connection, pid = ?peer.pid, "an owner connected");
+            }
+            Ok(peer) => {
+                tracing::warn!(connection, uid = peer.uid, pid = ?peer.pid, "refused a connection from a peer that is not root");
+                return;
+            }
+            Err(error) => {
+                tracing::warn!(connection, error = %error_text::chain(&error), "refused a connection whose peer is unknown");
+                return;
+            }
+        }
+        loop {
+            let answer = match channel.recv().await {
+                Ok(Some(message)) => self.answer(&channel, connection, message).await,
+                Ok(None) => break,
+                Err(error) if error.is_bad_frame() => {
+                    tracing::warn!(connection, error = %error_text::chain(&error), "refused a malformed frame");
+                    refused(error_text::chain(&error))
+                }
+                Err(error) => {
+                    tracing::warn!(connection, error = %error_text::chain(&error), "the connection failed");
+                    break;
+                }
+            };
+            if let Err(error) = channel.send(&protocol::encode(&answer), &[]).await {
+                tracing::warn!(connection, error = %error_text::chain(&error), "answering failed");
+                break;
+            }
+        }
+        self.disconnected(connection);
+    }
+
+    async fn answer(
+        &self,
+        channel: &AsyncChannel,
+        connection: u64,
+        message: fdpass::Message,
+    ) -> Answer {
+        let request = match protocol::decode::<Request>(&message.payload) {
+            Ok(request) => request,
+            Err(error) => {
+                tracing::warn!(connection, error = %error_text::chain(&error), "refused a message");
+                return refused(error_text::chain(&error));
+            }
+        };
+        match request {
+            Request::Deposit { stage } => self.deposit(connection, stage, message.fds),
+            Request::Withdraw { staging } => {
+                if let Some(held) = self.lock().remove(&staging) {
+                    tracing::info!(connection, volume = %held.deposit.volume_id, staging = %staging.display(), "let go of an unstaged stage");
+                }
+                Answer::Ok
+            }
+            Request::Fetch => self.fetch(channel, connection).await,
+            Request::Ping => Answer::Ok,
+        }
+    }
+
+    fn deposit(&self, connection: u64, stage: Deposit, fds: Vec<OwnedFd>) -> Answer {
+        if let Err(error) = stage.check(&fds) {
+            tracing::warn!(connection, volume = %stage.volume_id, staging = %stage.staging.display(), error = %error_text::chain(&error), "refused a deposit");
+            return refused(error_text::chain(&error));
+        }
+        let owner = (!stage.handed_over).then_some(connection);
+        tracing::info!(
+            connection,
+            volume = %stage.volume_id,
+            staging = %stage.staging.display(),
+            device = %format_args!("{}:{}", stage.device.0, stage.device.1),
+            handed_over = stage.handed_over,
+            "keeping a stage's connection"
+        );
+        let staging = stage.staging.clone();
+        let held = Held {
+            deposit: stage,
+            fds,
+            owner,
+        };
+        if let Some(earlier) = self.lock().insert(staging, held)
+            && earlier.owner.is_some_and(|o| o != connection)
+        {
+            tracing::info!(
+                connection,
+                earlier = earlier.owner,
+                volume = %earlier.deposit.volume_id,
+                "a deposit replaced another owner's"
+            );
+        }
+        Answer::Ok
+    }
+
+    /// Sends a copy of every deposit, then `Done`.
+    async fn fetch(&self, channel: &AsyncChannel, connection: u64) -> Answer {
+        let copies: Vec<(Deposit, Vec<OwnedFd>)> = self
+            .lock()
+            .values()
+            .filter_map(|held| {
+                let fds: Result<Vec<OwnedFd>, _> =
+                    held.fds.iter().map(OwnedFd::try_clone).collect();
+                match fds {
+                    Ok(fds) => Some((held.deposit.clone(), fds)),
+                    Err(error) => {
+                        tracing::warn!(volume = %held.deposit.volume_id, %error, "cannot copy a stage's descriptors");
+                        None
+                    }
+                }
+            })
+            .collect();
+        let count = copies.len();
+        for (stage, fds) in copies {
+            let borrowed: Vec<_> = fds.iter().map(AsFd::as_fd).collect();
+            let message = protocol::encode(&Answer::Stage { stage });
+            if let Err(error) = channel.send(&message, &borrowed).await {
+                return refused(error_text::chain(&error));
+            }
+        }
+        tracing::info!(connection, stages = count, "sent every stage");
+        Answer::Done { count }
+    }
+
+    /// An owner's connection closed: the stages it served and did not hand over have
+    /// requests nobody will answer. Dropping their copies ends those connections (if no other
+    /// copy is open), so callers get `ENOTCONN` instead of waiting forever.
+    fn disconnected(&self, connection: u64) {
+        let mut held = self.lock();
+        let orphans: Vec<PathBuf> = held
+            .iter()
+            .filter(|(_, h)| h.owner == Some(connection))
+            .map(|(staging, _)| staging.clone())
+            .collect();
+        for staging in &orphans {
+            if let Some(gone) = held.remove(staging) {
+                tracing::warn!(
+                    connection,
+                    volume = %gone.deposit.volume_id,
+                    staging = %staging.display(),
+                    "the owner went without handing this stage over: its connection ends until NodeUnpublishVolume and NodeUnstageVolume clean it up"
+                );
+            }
+        }
+        tracing::info!(connection, ended = orphans.len(), "an owner disconnected");
+    }
+}

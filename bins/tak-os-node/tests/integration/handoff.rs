@@ -1,0 +1,568 @@
+//! Mounts that survive the mount owner: a keeper process holds a copy of every stage's FUSE
+//! connection; an owner told to stop (SIGTERM) hands its stages over and the next owner
+//! process takes them back. Five upgrades under verified I/O lose nothing; an owner killed
+//! without a hand-off ends its mounts cleanly (no caller waits forever), as do owner and
+//! keeper killed together; a restarted keeper is given every stage again; and what the keeper
+//! refuses changes nothing.
+//!
+//! Owners and keepers are this test binary re-executed (`crash::child_owner_process`,
+//! `child_keeper_process`); the test talks to the owners as kubelet's frontend does, over gRPC.
+
+use std::fs;
+use std::os::fd::AsFd as _;
+use std::os::unix::fs::{FileExt as _, MetadataExt as _, PermissionsExt as _};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use csi_proto::v1::volume_capability::access_mode::Mode;
+use csi_proto::v1::{NodeGetVolumeStatsRequest, NodeStageVolumeRequest};
+use tak_os_node::config::Cli;
+use tak_os_node::keeper::protocol::{self, Answer, Deposit, Request};
+
+use crate::crash::{client_of, spawn_owner_with};
+use crate::support::{
+    Cluster, ServerProcess, VerifiedStream, epoch_of, mount_id, mounts_under, privileged,
+    publish_request, stage_request, unpublish_request, unstage_request,
+};
+
+const CHILD_ENV: &str = "TAK_OS_NODE_TEST_KEEPER";
+
+/// Not a test on its own: the hand-off tests re-execute this binary to run a keeper in a child
+/// process. `TAK_OS_NODE_TEST_KEEPER` holds the keeper's socket.
+#[test]
+#[ignore = "a helper process of the hand-off tests"]
+fn child_keeper_process() {
+    let Ok(socket) = std::env::var(CHILD_ENV) else {
+        return;
+    };
+    observe::init_logging(observe::LogFormat::Text);
+    let config = <Cli as clap::Parser>::try_parse_from([
+        "tak-os-node",
+        "--keeper",
+        "--keeper-socket",
+        &socket,
+        "--metrics-address",
+        "",
+    ])
+    .unwrap()
+    .config()
+    .unwrap();
+    tak_os_node::serve(config).unwrap();
+}
+
+/// A keeper process on `<dir>/keeper.sock`.
+fn spawn_keeper(dir: &Path) -> ServerProcess {
+    let socket = dir.join("keeper.sock");
+    let process = ServerProcess::spawn(
+        "handoff::child_keeper_process",
+        CHILD_ENV,
+        &[socket.display().to_string()],
+        socket.clone(),
+        &dir.join("keepers.log"),
+    );
+    wait_for_socket(&socket);
+    process
+}
+
+fn wait_for_socket(socket: &Path) {
+    let start = Instant::now();
+    while fdpass::Channel::connect(socket).is_err() {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "the keeper never listened"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// An owner process of node `node-a` that deposits with the keeper at `keeper`.
+fn spawn_owner(dir: &Path, cluster: &Cluster, keeper: &Path) -> ServerProcess {
+    spawn_owner_with(dir, cluster, "node-a", "none", Some(keeper), None)
+}
+
+/// Owner processes started now, each waiting for its gate file (`opened`) before it serves:
+/// successors forked later, while the test holds files on the mount, would hang at `exec`
+/// (`spawn_owner_with`).
+struct Successors {
+    waiting: std::vec::IntoIter<(ServerProcess, PathBuf)>,
+}
+
+impl Successors {
+    fn spawn(dir: &Path, cluster: &Cluster, keeper: &Path, count: usize) -> Successors {
+        let waiting: Vec<_> = (0..count)
+            .map(|n| {
+                let gate = dir.join(format!("successor-{n}.go"));
+                let owner =
+                    spawn_owner_with(dir, cluster, "node-a", "none", Some(keeper), Some(&gate));
+                (owner, gate)
+            })
+            .collect();
+        Successors {
+            waiting: waiting.into_iter(),
+        }
+    }
+
+    /// The next owner, let go.
+    fn next(&mut self) -> ServerProcess {
+        let (owner, gate) = self.waiting.next().expect("a successor is left");
+        fs::write(gate, b"").unwrap();
+        owner
+    }
+}
+
+/// A client of `owner` once it answers (at most 15 s; then the owners' log tells why not).
+async fn answering(
+    owner: &ServerProcess,
+    dir: &Path,
+) -> csi_proto::v1::node_client::NodeClient<tonic::transport::Channel> {
+    match tokio::time::timeout(Duration::from_secs(15), client_of(owner)).await {
+        Ok(client) => client,
+        Err(_) => panic!(
+            "the new owner did not answer in 15 s:\n{}",
+            fs::read_to_string(dir.join("owners.log")).unwrap_or_default()
+        ),
+    }
+}
+
+type Client = csi_proto::v1::node_client::NodeClient<tonic::transport::Channel>;
+
+/// A worker serving `volume` and a keeper; the volume's stage request on node `node-a`.
+async fn start(
+    volume: &str,
+    mode: worker::AccessMode,
+) -> (Cluster, ServerProcess, NodeStageVolumeRequest) {
+    let cluster = Cluster::start(volume, mode).await;
+    let staging = cluster.node("node-a").staging(volume);
+    let (access, context) = match mode {
+        worker::AccessMode::Rwo => (Mode::SingleNodeWriter, "rwo"),
+        worker::AccessMode::Rwx => (Mode::MultiNodeMultiWriter, "rwx"),
+    };
+    let stage = stage_request(volume, &staging, access, cluster.context(context));
+    let keeper = spawn_keeper(cluster.dir.path());
+    (cluster, keeper, stage)
+}
+
+async fn stage_and_publish(client: &mut Client, stage: &NodeStageVolumeRequest, target: &Path) {
+    client.node_stage_volume(stage.clone()).await.unwrap();
+    client
+        .node_publish_volume(publish_request(stage, target, false))
+        .await
+        .unwrap();
+}
+
+async fn unpublish_and_unstage(client: &mut Client, stage: &NodeStageVolumeRequest, target: &Path) {
+    client
+        .node_unpublish_volume(unpublish_request(&stage.volume_id, target))
+        .await
+        .unwrap();
+    client
+        .node_unstage_volume(unstage_request(stage))
+        .await
+        .unwrap();
+}
+
+fn stats_request(volume: &str, target: &Path) -> NodeGetVolumeStatsRequest {
+    NodeGetVolumeStatsRequest {
+        volume_id: volume.to_owned(),
+        volume_path: target.display().to_string(),
+        staging_target_path: String::new(),
+    }
+}
+
+/// Waits until a log line of the file at `log` contains `text` (at most 10 s).
+fn wait_for_log(log: &Path, text: &str) {
+    let start = Instant::now();
+    while !fs::read_to_string(log).unwrap_or_default().contains(text) {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "{log:?} never said {text:?}:\n{}",
+            fs::read_to_string(log).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Reads `path` on a thread of its own, so that a hung read fails the test instead of hanging
+/// it: the errno, or `None` for success.
+fn read_errno_within(path: PathBuf, limit: Duration) -> Option<i32> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(fs::read(&path).err().and_then(|e| e.raw_os_error()));
+    });
+    rx.recv_timeout(limit)
+        .unwrap_or_else(|_| panic!("a read waited more than {limit:?}: a caller hangs"))
+}
+
+#[test]
+fn five_owner_upgrades_under_io_lose_nothing() {
+    privileged("five_owner_upgrades_under_io_lose_nothing", async || {
+        let (cluster, keeper, stage) = start("vol-up", worker::AccessMode::Rwo).await;
+        let dir = cluster.dir.path().to_owned();
+        let node = cluster.node("node-a");
+        let staging = node.staging("vol-up");
+        let mut owner = spawn_owner(&dir, &cluster, &keeper.socket);
+        let mut successors = Successors::spawn(&dir, &cluster, &keeper.socket, 5);
+        let mut client = client_of(&owner).await;
+        let target = node.target("pod");
+        stage_and_publish(&mut client, &stage, &target).await;
+        let epoch = epoch_of(&staging);
+        let stage_mount = mount_id(&staging);
+        let target_mount = mount_id(&target);
+
+        // A file held open throughout, and one unlinked while open.
+        let held = fs::OpenOptions::new()
+            .create(true)
+            .truncate(true)
+            .read(true)
+            .write(true)
+            .open(target.join("held"))
+            .unwrap();
+        held.write_all_at(b"before", 0).unwrap();
+        let unlinked = fs::OpenOptions::new()
+            .create(true)
+            .truncate(true)
+            .read(true)
+            .write(true)
+            .open(target.join("unlinked"))
+            .unwrap();
+        unlinked.write_all_at(b"still here", 0).unwrap();
+        fs::remove_file(target.join("unlinked")).unwrap();
+        let cwd = fs::File::open(&target).unwrap();
+
+        let stream = VerifiedStream::start(&target.join("stream"));
+        stream.progress().await;
+        let quiet = stream.take_longest_write();
+        let mut stops = Vec::new();
+        let mut stalls = Vec::new();
+        for round in 0..5 {
+            stream.take_longest_write();
+            stops.push(owner.terminate());
+            owner = successors.next();
+            client = answering(&owner, &dir).await;
+            stream.progress().await;
+            stalls.push(stream.take_longest_write());
+            // The new owner holds the stage: its stats are served, not reported abnormal.
+            let answer = client
+                .node_get_volume_stats(stats_request("vol-up", &target))
+                .await
+                .unwrap();
+            let condition = answer.into_inner().volume_condition.unwrap();
+            assert!(!condition.abnormal, "round {round}: {condition:?}");
+            held.write_all_at(format!("round {round}").as_bytes(), 100)
+                .unwrap();
+        }
+        let (written, checked) = stream.finish();
+        eprintln!(
+            "five upgrades: {written} chunks written, {checked} checked while running; owner \
+             stop (SIGTERM to exit) {stops:?}; longest write during each upgrade {stalls:?} \
+             against {quiet:?} before"
+        );
+
+        // Everything opened before still works: read, write, fstat, fchmod, and lookups
+        // relative to a directory held open.
+        let mut text = [0u8; 6];
+        held.read_exact_at(&mut text, 0).unwrap();
+        assert_eq!(&text, b"before");
+        let mut text = [0u8; 10];
+        unlinked.read_exact_at(&mut text, 0).unwrap();
+        assert_eq!(&text, b"still here");
+        assert_eq!(unlinked.metadata().unwrap().nlink(), 0);
+        unlinked
+            .set_permissions(fs::Permissions::from_mode(0o600))
+            .unwrap();
+        assert_eq!(unlinked.metadata().unwrap().mode() & 0o777, 0o600);
+        let inside = rustix::fs::openat(
+            cwd.as_fd(),
+            "held",
+            rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::CLOEXEC,
+            rustix::fs::Mode::empty(),
+        )
+        .unwrap();
+        let mut round = [0u8; 7];
+        fs::File::from(inside)
+            .read_exact_at(&mut round, 100)
+            .unwrap();
+        assert_eq!(&round, b"round 4");
+
+        assert_eq!(epoch_of(&staging), epoch, "the lease epoch is unchanged");
+        assert_eq!(
+            mount_id(&staging),
+            stage_mount,
+            "the stage was never remounted"
+        );
+        assert_eq!(mount_id(&target), target_mount, "nor the publication");
+        let log = fs::read_to_string(dir.join("owners.log")).unwrap();
+        assert_eq!(
+            log.matches("took a handed-over stage back").count(),
+            5,
+            "each new owner took the stage back"
+        );
+        assert_eq!(
+            log.matches("mount lease claimed").count(),
+            1,
+            "only the first owner claimed the lease; the others renewed it"
+        );
+
+        drop((held, unlinked, cwd));
+        unpublish_and_unstage(&mut client, &stage, &target).await;
+        assert!(mounts_under(&node.kubelet).is_empty());
+        drop((owner, keeper));
+    });
+}
+
+#[test]
+fn an_owner_killed_without_a_hand_off_ends_its_mounts_and_cleanup_completes() {
+    privileged(
+        "an_owner_killed_without_a_hand_off_ends_its_mounts_and_cleanup_completes",
+        async || {
+            let (cluster, keeper, stage) = start("vol-kill", worker::AccessMode::Rwo).await;
+            let dir = cluster.dir.path().to_owned();
+            let node = cluster.node("node-a");
+            let owner = spawn_owner(&dir, &cluster, &keeper.socket);
+            let mut client = client_of(&owner).await;
+            let target = node.target("pod");
+            stage_and_publish(&mut client, &stage, &target).await;
+            fs::write(target.join("file"), b"x").unwrap();
+
+            // SIGKILL: no hand-off. The keeper lets go of the stage, and the connection ends.
+            owner.kill();
+            wait_for_log(
+                &dir.join("keepers.log"),
+                "the owner went without handing this stage over",
+            );
+            assert_eq!(
+                read_errno_within(target.join("file"), Duration::from_secs(5)),
+                Some(libc::ENOTCONN)
+            );
+            let owner = spawn_owner(&dir, &cluster, &keeper.socket);
+            let mut client = client_of(&owner).await;
+            unpublish_and_unstage(&mut client, &stage, &target).await;
+            assert!(mounts_under(&node.kubelet).is_empty());
+
+            // Owner and keeper killed together: the same, cleanly.
+            stage_and_publish(&mut client, &stage, &target).await;
+            fs::write(target.join("file"), b"y").unwrap();
+            owner.kill();
+            keeper.kill();
+            assert_eq!(
+                read_errno_within(target.join("file"), Duration::from_secs(5)),
+                Some(libc::ENOTCONN)
+            );
+            let keeper = spawn_keeper(&dir);
+            let owner = spawn_owner(&dir, &cluster, &keeper.socket);
+            let mut client = client_of(&owner).await;
+            unpublish_and_unstage(&mut client, &stage, &target).await;
+            assert!(mounts_under(&node.kubelet).is_empty());
+            drop((owner, keeper));
+        },
+    );
+}
+
+#[test]
+fn a_restarted_keeper_is_given_every_stage_again() {
+    privileged(
+        "a_restarted_keeper_is_given_every_stage_again",
+        async || {
+            let (cluster, keeper, stage) = start("vol-keep", worker::AccessMode::Rwx).await;
+            let dir = cluster.dir.path().to_owned();
+            let node = cluster.node("node-a");
+            let staging = node.staging("vol-keep");
+            let owner = spawn_owner(&dir, &cluster, &keeper.socket);
+            let mut client = client_of(&owner).await;
+            client.node_stage_volume(stage.clone()).await.unwrap();
+            fs::write(staging.join("file"), b"kept").unwrap();
+            let stage_mount = mount_id(&staging);
+
+            // The keeper is killed and comes back empty; the owner deposits the stage again.
+            keeper.kill();
+            let keeper = spawn_keeper(&dir);
+            wait_for_log(&dir.join("owners.log"), "connected to the keeper again");
+            assert_eq!(
+                fetch(&keeper.socket).len(),
+                1,
+                "the stage is deposited again"
+            );
+
+            // So an upgrade now keeps the mount.
+            owner.terminate();
+            let owner = spawn_owner(&dir, &cluster, &keeper.socket);
+            let mut client = client_of(&owner).await;
+            assert_eq!(fs::read(staging.join("file")).unwrap(), b"kept");
+            assert_eq!(mount_id(&staging), stage_mount);
+            client
+                .node_unstage_volume(unstage_request(&stage))
+                .await
+                .unwrap();
+            assert!(mounts_under(&node.kubelet).is_empty());
+            assert!(
+                fetch(&keeper.socket).is_empty(),
+                "unstaging withdrew the deposit"
+            );
+            drop((owner, keeper));
+        },
+    );
+}
+
+/// The keeper's deposits, through a connection of the test's own.
+fn fetch(socket: &Path) -> Vec<Deposit> {
+    let channel = fdpass::Channel::connect(socket).unwrap();
+    channel
+        .send(&protocol::encode(&Request::Fetch), &[])
+        .unwrap();
+    let mut deposits = Vec::new();
+    loop {
+        let message = channel.recv().unwrap().unwrap();
+        match protocol::decode::<Answer>(&message.payload).unwrap() {
+            Answer::Stage { stage } => deposits.push(stage),
+            Answer::Done { count } => {
+                assert_eq!(count, deposits.len());
+                return deposits;
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+}
+
+/// One request on a connection of the test's own; the keeper's answer.
+fn ask(channel: &fdpass::Channel, payload: &[u8], fds: &[std::os::fd::BorrowedFd<'_>]) -> Answer {
+    channel.send(payload, fds).unwrap();
+    let message = channel.recv().unwrap().unwrap();
+    protocol::decode::<Answer>(&message.payload).unwrap()
+}
+
+#[test]
+fn what_the_keeper_refuses_changes_nothing() {
+    privileged("what_the_keeper_refuses_changes_nothing", async || {
+        let (cluster, keeper, stage) = start("vol-ref", worker::AccessMode::Rwx).await;
+        let dir = cluster.dir.path().to_owned();
+        let staging = cluster.node("node-a").staging("vol-ref");
+        let owner = spawn_owner(&dir, &cluster, &keeper.socket);
+        let mut client = client_of(&owner).await;
+        client.node_stage_volume(stage.clone()).await.unwrap();
+        let before = fetch(&keeper.socket);
+        assert_eq!(before.len(), 1);
+        let good = before[0].clone();
+
+        let channel = fdpass::Channel::connect(&keeper.socket).unwrap();
+        let null = fs::File::open("/dev/null").unwrap();
+        let refusals: Vec<(&str, Vec<u8>, Vec<std::os::fd::BorrowedFd<'_>>)> = vec![
+            ("garbage", b"\x00\xffnot json".to_vec(), vec![]),
+            (
+                "another version",
+                br#"{"v":9,"op":"ping"}"#.to_vec(),
+                vec![],
+            ),
+            (
+                "a descriptor that is not /dev/fuse",
+                protocol::encode(&Request::Deposit {
+                    stage: Deposit {
+                        staging: dir.join("elsewhere"),
+                        ..good.clone()
+                    },
+                }),
+                vec![null.as_fd()],
+            ),
+            (
+                "a deposit without its descriptor",
+                protocol::encode(&Request::Deposit {
+                    stage: good.clone(),
+                }),
+                vec![],
+            ),
+            (
+                "an INIT record that does not decode",
+                protocol::encode(&Request::Deposit {
+                    stage: Deposit {
+                        record: "00ff".to_owned(),
+                        ..good.clone()
+                    },
+                }),
+                vec![null.as_fd()],
+            ),
+        ];
+        for (what, payload, fds) in refusals {
+            assert!(
+                matches!(ask(&channel, &payload, &fds), Answer::Refused { .. }),
+                "{what} is refused"
+            );
+        }
+        // After the refusals, the connection still serves.
+        assert_eq!(
+            ask(&channel, &protocol::encode(&Request::Ping), &[]),
+            Answer::Ok
+        );
+        assert_eq!(fetch(&keeper.socket), before, "nothing changed");
+
+        // A stage of a volume the next owner does not know (a FUSE mount of the test's own,
+        // deposited as handed over): the successor refuses it and lets go of it, and takes
+        // the real stage back.
+        let foreign = dir.join("foreign");
+        fs::create_dir(&foreign).unwrap();
+        let session = fuse_session::Session::mount(
+            &foreign,
+            &fuse_session::MountOptions::new("vol-foreign"),
+            Nothing,
+        )
+        .await
+        .unwrap();
+        let state = protocol::StageState(fusefs::MountState::default())
+            .to_memfd()
+            .unwrap();
+        let unknown = Deposit {
+            volume_id: "vol-foreign".to_owned(),
+            staging: foreign.clone(),
+            device: (0, 0),
+            record: protocol::hex_encode(&session.record().encode()),
+            context: good.context.clone(),
+            handed_over: true,
+        };
+        assert_eq!(
+            ask(
+                &channel,
+                &protocol::encode(&Request::Deposit { stage: unknown }),
+                &[session.descriptor(), state.as_fd()],
+            ),
+            Answer::Ok
+        );
+        drop(channel);
+        owner.terminate();
+        let owner = spawn_owner(&dir, &cluster, &keeper.socket);
+        let mut client = client_of(&owner).await;
+        wait_for_log(
+            &dir.join("owners.log"),
+            "a handed-over stage cannot be taken back",
+        );
+        let after: Vec<String> = fetch(&keeper.socket)
+            .into_iter()
+            .map(|d| d.volume_id)
+            .collect();
+        assert_eq!(after, ["vol-ref"], "the unknown stage was let go of");
+        fs::write(staging.join("file"), b"served").unwrap();
+        client
+            .node_unstage_volume(unstage_request(&stage))
+            .await
+            .unwrap();
+        rustix::mount::unmount(&foreign, rustix::mount::UnmountFlags::DETACH).unwrap();
+        drop(session);
+        assert!(mounts_under(&dir).is_empty());
+        drop((owner, keeper));
+    });
+}
+
+/// A filesystem that answers nothing but its root (the foreign mount above).
+struct Nothing;
+
+impl fuse_session::Handler for Nothing {
+    async fn handle<'a>(
+        &'a self,
+        _context: fuse_session::RequestContext,
+        request: fuse_wire::Request<'a>,
+    ) -> fuse_session::Reply {
+        match request.op {
+            fuse_wire::Operation::Forget(_) | fuse_wire::Operation::BatchForget(_) => {
+                fuse_session::Reply::none()
+            }
+            _ => fuse_session::Reply::error(request.header.unique, fuse_wire::Errno::ENOENT),
+        }
+    }
+}
