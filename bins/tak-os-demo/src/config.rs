@@ -12,9 +12,9 @@ use crate::driver::DriverProgram;
 /// external-provisioner would: the local CSI driver (create, publish, use, delete), then a
 /// replicated volume whose worker group keeps its state on a local volume (create through the
 /// reference controller, stage and publish through the node's frontend and mount owner, write
-/// and read, restart the frontend under a writer, unpublish, unstage, delete). Needs root;
-/// everything happens in a private mount namespace and a temporary directory that is removed
-/// afterwards.
+/// and read, restart the frontend and upgrade the mount owner under a writer, unpublish,
+/// unstage, delete). Needs root; everything happens in a private mount namespace and a
+/// temporary directory that is removed afterwards.
 #[derive(Debug, Parser)]
 #[command(name = "tak-os-demo", version, about, long_about = None)]
 pub struct Cli {
@@ -67,7 +67,8 @@ pub enum Command {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<OsString>,
     },
-    /// Serves the replicated node (owner or frontend) with tak-os-node's flags.
+    /// Serves the replicated node (owner, frontend or keeper) with tak-os-node's flags; with
+    /// `TAK_OS_DEMO_START_GATE=<path>` (demo-internal) it first waits until that file exists.
     #[command(hide = true, name = "serve-node")]
     ServeNode {
         /// The node's flags.

@@ -28,6 +28,11 @@ pub const NODE_ID: &str = "demo-node";
 const PASSED_ENVIRONMENT: &[&str] = &["RUST_LOG", "RUST_BACKTRACE"];
 /// How often a stopping driver is polled.
 const POLL: Duration = Duration::from_millis(10);
+/// Demo-internal: a `serve-node` process whose environment names a file here waits until that
+/// file exists before it parses its flags and serves (see [`ServiceProcess::spawn_self_gated`]).
+pub const START_GATE: &str = "TAK_OS_DEMO_START_GATE";
+/// How often a gated process looks for its gate file.
+const GATE_POLL: Duration = Duration::from_millis(2);
 
 /// Which program serves the driver.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -107,8 +112,8 @@ impl Stopped {
     }
 }
 
-/// A process the demo started: the driver, a worker, the node's owner or frontend. Dropping
-/// it kills the process; [`ServiceProcess::detach`] leaves it running.
+/// A process the demo started: the driver, a worker, the node's owner, frontend or keeper.
+/// Dropping it kills the process; [`ServiceProcess::detach`] leaves it running.
 #[derive(Debug)]
 pub struct ServiceProcess {
     child: Option<Child>,
@@ -124,7 +129,7 @@ impl ServiceProcess {
     ) -> anyhow::Result<Self> {
         match program {
             DriverProgram::ThisExecutable => Self::spawn_self(SERVE_DRIVER, args, log),
-            DriverProgram::Binary(path) => Self::start(Command::new(path), args, log, false),
+            DriverProgram::Binary(path) => Self::start(Command::new(path), args, log, false, None),
         }
     }
 
@@ -134,7 +139,7 @@ impl ServiceProcess {
         args: Vec<OsString>,
         log: &std::path::Path,
     ) -> anyhow::Result<Self> {
-        Self::start(this_executable(subcommand)?, args, log, false)
+        Self::start(this_executable(subcommand)?, args, log, false, None)
     }
 
     /// [`ServiceProcess::spawn_self`], appending to `log` instead of starting it afresh (a
@@ -144,17 +149,41 @@ impl ServiceProcess {
         args: Vec<OsString>,
         log: &std::path::Path,
     ) -> anyhow::Result<Self> {
-        Self::start(this_executable(subcommand)?, args, log, true)
+        Self::start(this_executable(subcommand)?, args, log, true, None)
     }
 
-    /// Starts `command` with a cleared environment (only [`PASSED_ENVIRONMENT`] passes) and
-    /// a process group of its own, so a terminal's Ctrl-C reaches only the demo, which then
-    /// stops its services itself (or, with `--keep`, leaves them running).
+    /// [`ServiceProcess::spawn_self_appending`] for a `serve-node` process that waits, before
+    /// it parses its flags and serves, until the file `gate` exists ([`START_GATE`]): started
+    /// now, let go later by creating the file.
+    ///
+    /// This is for a process that must be forked before the demo opens files on a FUSE mount
+    /// but must not serve yet: a process forked while the demo holds such files closes its
+    /// copies at `exec`, and each close sends a FUSE FLUSH that waits for the connection's
+    /// server, which may be the very process being started.
+    pub fn spawn_self_gated(
+        subcommand: &str,
+        args: Vec<OsString>,
+        log: &std::path::Path,
+        gate: &std::path::Path,
+    ) -> anyhow::Result<Self> {
+        Self::start(
+            this_executable(subcommand)?,
+            args,
+            log,
+            true,
+            Some((START_GATE, gate.as_os_str())),
+        )
+    }
+
+    /// Starts `command` with a cleared environment (only [`PASSED_ENVIRONMENT`] passes, and
+    /// `extra` if given) and a process group of its own, so a terminal's Ctrl-C reaches only
+    /// the demo, which then stops its services itself (or, with `--keep`, leaves them running).
     fn start(
         mut command: Command,
         args: Vec<OsString>,
         log: &std::path::Path,
         append: bool,
+        extra: Option<(&str, &std::ffi::OsStr)>,
     ) -> anyhow::Result<Self> {
         let log_file = std::fs::OpenOptions::new()
             .create(true)
@@ -174,6 +203,7 @@ impl ServiceProcess {
                     .iter()
                     .filter_map(|name| std::env::var_os(name).map(|value| (name, value))),
             )
+            .envs(extra)
             .stdin(Stdio::null())
             .stdout(log_file)
             .stderr(log_err)
@@ -313,13 +343,60 @@ pub fn serve_worker(args: Vec<OsString>) -> anyhow::Result<()> {
     tak_os_worker::serve(cli.settings()?)
 }
 
-/// The hidden `serve-node` subcommand: serves the replicated node (mount owner, or frontend
-/// with `--mount-service`) with tak-os-node's flags until SIGTERM or SIGINT, as the
-/// `tak-os-node` binary does.
+/// The hidden `serve-node` subcommand: serves the replicated node (mount owner, frontend with
+/// `--mount-service`, or keeper with `--keeper`) with tak-os-node's flags until SIGTERM or
+/// SIGINT, as the `tak-os-node` binary does.
+///
+/// Demo-internal: when the environment variable [`START_GATE`] names a file, the process first
+/// waits until that file exists (polling every few milliseconds), and gives up if the demo that
+/// started it is gone meanwhile.
 pub fn serve_node(args: Vec<OsString>) -> anyhow::Result<()> {
+    if let Some(gate) = std::env::var_os(START_GATE) {
+        wait_for_gate(std::path::Path::new(&gate))?;
+    }
     let cli = tak_os_node::config::Cli::try_parse_from(
         std::iter::once(OsString::from("tak-os-node")).chain(args),
     )?;
     observe::init_logging(cli.log_format.into());
     tak_os_node::serve(cli.config()?)
+}
+
+/// Waits until `gate` exists; fails once the parent process (the demo) is gone, so that a
+/// process never let go does not wait forever.
+fn wait_for_gate(gate: &std::path::Path) -> anyhow::Result<()> {
+    let parent = rustix::process::getppid();
+    while !gate.exists() {
+        if rustix::process::getppid() != parent {
+            anyhow::bail!(
+                "the demo that started this process is gone before it let it go ({gate:?})"
+            );
+        }
+        std::thread::sleep(GATE_POLL);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_gated_process_waits_until_its_gate_file_exists() {
+        let dir = tempfile::tempdir().unwrap();
+        let gate = dir.path().join("go");
+        let opener = {
+            let gate = gate.clone();
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(50));
+                std::fs::write(gate, b"").unwrap();
+            })
+        };
+        let start = Instant::now();
+        wait_for_gate(&gate).unwrap();
+        assert!(start.elapsed() >= Duration::from_millis(50));
+        assert!(gate.exists());
+        opener.join().unwrap();
+        // An open gate lets it go at once.
+        wait_for_gate(&gate).unwrap();
+    }
 }

@@ -11,11 +11,14 @@
 //! 2. **The replicated node** ([`system`]): a second local volume published to the reference
 //!    worker group as a trusted consumer holds the group's state; the group's leader (serving
 //!    the reference CSI controller) and a follower start; the controller creates an RWO volume;
-//!    the node's mount owner and its kubelet-facing frontend start; the volume is staged (one
-//!    FUSE mount, the lease claimed) and published to two pods, written through one and read
-//!    through the other; the frontend is killed and restarted while a writer streams, with no
-//!    error and the stream read back whole; then unpublished, unstaged (the lease released),
-//!    deleted, and the local volume released and deleted.
+//!    the node's FUSE keeper, mount owner and kubelet-facing frontend start; the volume is
+//!    staged (one FUSE mount, the lease claimed) and published to two pods, written through one
+//!    and read through the other; the frontend is killed and restarted while a writer streams,
+//!    and then the mount owner is upgraded (SIGTERM: it hands the stage over to the keeper, the
+//!    next owner takes it back) while a writer streams, each with no error and the stream read
+//!    back whole, the same mount and the same lease epoch; then unpublished, unstaged (the
+//!    lease released); an owner killed without a hand-over ends its mount cleanly and a new
+//!    one cleans up; deleted, and the local volume released and deleted.
 //!
 //! The last line is `PASS` or `FAIL`. Afterwards every process is stopped, everything mounted
 //! is unmounted and the directory removed, unless `--keep` leaves the processes running.
@@ -146,6 +149,7 @@ impl Services {
             self.driver.as_mut(),
             replicated.leader.as_mut(),
             replicated.follower.as_mut(),
+            replicated.keeper.as_mut(),
             replicated.owner.as_mut(),
             replicated.frontend.as_mut(),
         ]

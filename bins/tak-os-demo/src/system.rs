@@ -1,9 +1,12 @@
 //! The replicated part of the demo: a worker group (leader with the reference CSI controller,
 //! and a follower) keeps its state on a local volume published to it as a trusted consumer;
-//! the controller creates an RWO volume; the node's frontend and mount owner stage it and
-//! publish it to two pods; a writer streams through one publication while the frontend is
-//! killed and restarted, and the stream is read back whole through the other; then
-//! everything is unpublished, unstaged (the lease released), deleted and stopped.
+//! the controller creates an RWO volume; the node's frontend and mount owner (with a keeper
+//! holding copies of its FUSE connections) stage it and publish it to two pods; a writer
+//! streams through one publication while the frontend is killed and restarted, and again while
+//! the mount owner is upgraded (it hands the stage over to the keeper, the next owner takes it
+//! back), and each stream is read back whole through the other publication; then everything is
+//! unpublished, unstaged (the lease released), an owner is killed without a hand-over, and
+//! everything is deleted and stopped.
 //!
 //! Every process is this executable run with a hidden subcommand (`serve-worker`,
 //! `serve-node`), serving the same library its own binary serves.
@@ -28,7 +31,7 @@ use replicated_contract::context::VolumeContext;
 use tak_os_local_csi::config::LogFormat;
 use tonic::transport::Channel;
 
-use crate::driver::{NODE_ID, ServiceProcess};
+use crate::driver::{NODE_ID, ServiceProcess, Stopped};
 use crate::report::{Done, Failure, Report};
 use crate::scenario::{
     mount_summary, path_string, plugin_info, rpc, size, unpublish, wait_for_socket,
@@ -57,6 +60,8 @@ const CONTENT: &[u8] =
     b"written on one pod's target, read on the other's, kept by the worker group\n";
 /// The file the writer streams into while the frontend restarts.
 const STREAM_FILE: &str = "stream.bin";
+/// The file the writer streams into while the mount owner is upgraded.
+const UPGRADE_STREAM_FILE: &str = "upgrade-stream.bin";
 /// One write of the stream.
 const CHUNK_BYTES: usize = 64 << 10;
 /// The stream stops here even if the restart takes long.
@@ -69,6 +74,9 @@ const LONGEST_PAUSE_ALLOWED: Duration = Duration::from_secs(2);
 const READY_WAIT: Duration = Duration::from_secs(15);
 /// How often readiness is polled.
 const POLL: Duration = Duration::from_millis(20);
+/// How long an owner told to stop may take to hand its stages over and exit (its
+/// `--handoff-deadline-seconds` is 10 s) before it is killed.
+const OWNER_STOP_GRACE: Duration = Duration::from_secs(20);
 
 /// The processes of the replicated part and where they listen.
 #[derive(Debug, Default)]
@@ -77,6 +85,9 @@ pub struct Processes {
     pub leader: Option<ServiceProcess>,
     /// The follower.
     pub follower: Option<ServiceProcess>,
+    /// The node's FUSE keeper: it holds a copy of every stage's FUSE connection, so that an
+    /// owner upgrade keeps the mounts.
+    pub keeper: Option<ServiceProcess>,
     /// The node's mount owner.
     pub owner: Option<ServiceProcess>,
     /// The node's kubelet-facing frontend.
@@ -91,11 +102,12 @@ pub struct Processes {
 
 impl Processes {
     /// The running processes, stopped in reverse start order: the frontend before the owner,
-    /// the node before the workers.
+    /// the owner before the keeper, the node before the workers.
     pub fn in_stop_order(&mut self) -> Vec<(&'static str, ServiceProcess)> {
         [
             ("frontend", self.frontend.take()),
             ("mount owner", self.owner.take()),
+            ("keeper", self.keeper.take()),
             ("follower", self.follower.take()),
             ("leader", self.leader.take()),
         ]
@@ -150,6 +162,9 @@ impl Files<'_> {
     fn frontend_socket(&self) -> PathBuf {
         self.node("csi.sock")
     }
+    fn keeper_socket(&self) -> PathBuf {
+        self.node("keeper.sock")
+    }
     fn staging(&self) -> PathBuf {
         self.0
             .kubelet_root()
@@ -166,6 +181,7 @@ pub fn logs(workspace: &Workspace) -> Vec<(&'static str, PathBuf)> {
     vec![
         ("leader", files.worker("leader.log")),
         ("follower", files.worker("follower.log")),
+        ("keeper", files.node("keeper.log")),
         ("mount owner", files.node("owner.log")),
         ("frontend", files.node("frontend.log")),
     ]
@@ -178,6 +194,7 @@ pub fn sockets(workspace: &Workspace) -> Vec<(&'static str, PathBuf)> {
         ("reference controller", files.controller_socket()),
         ("node (frontend)", files.frontend_socket()),
         ("mount service (owner)", files.owner_socket()),
+        ("keeper", files.keeper_socket()),
     ]
 }
 
@@ -471,6 +488,12 @@ pub async fn run(
         )
         .await?;
 
+    report
+        .step(
+            "start the FUSE keeper: it will hold a copy of every stage's /dev/fuse descriptor",
+            start_keeper(&files, processes, log_format),
+        )
+        .await?;
     report.sync_step(
         "start the node: the mount owner, and the frontend kubelet talks to",
         || {
@@ -486,7 +509,7 @@ pub async fn run(
             processes.owner_metrics = Some(owner_metrics);
             let frontend = start_frontend(&files, processes, log_format)?;
             Ok(Done::said(format!(
-                "mount owner pid {owner_pid} serving unix://{}",
+                "mount owner pid {owner_pid} serving unix://{}, depositing its stages with the keeper",
                 files.owner_socket().display()
             ))
             .detail(format!(
@@ -606,6 +629,14 @@ pub async fn run(
         },
     )?;
 
+    let published = Published {
+        staging: staging.clone(),
+        writer: writer.clone(),
+        reader: reader.clone(),
+        mount: stage_mount,
+        epoch: epoch.clone(),
+        log: files.node("owner.log"),
+    };
     let restart = report
         .step(
             "kill the frontend (SIGKILL) and start a new one while a writer streams",
@@ -615,31 +646,46 @@ pub async fn run(
     let mut node = NodeClient::new(restart.channel.clone());
     report.sync_step(
         "the stream is whole: every byte read back through the other pod",
-        || {
-            let read = verify_stream(&reader.join(STREAM_FILE), restart.written)?;
-            let id = mount_id(&staging)?;
-            if id != stage_mount {
-                return Err(format!(
-                    "the stage was remounted (mount id {stage_mount}, now {id})"
-                ));
-            }
-            let (_, now) = claimed(&files.node("owner.log"), 1)?;
-            if now != epoch {
-                return Err(format!(
-                    "the lease was claimed again (epoch {epoch}, now {now})"
-                ));
-            }
-            Ok(
-                Done::said(format!("{} read back and checked", size(to_i64(read))))
-                    .detail(format!(
-                        "the FUSE mount is the one staged (mount id {id}): never remounted"
-                    ))
-                    .detail(format!(
-                        "the lease is the one claimed at stage (epoch {epoch})"
-                    )),
-            )
-        },
+        || published.stream_kept(STREAM_FILE, restart.written),
     )?;
+
+    let written = report
+        .step(
+            "upgrade the mount owner (SIGTERM: it hands the stage over to the keeper) while a writer streams",
+            upgrade_owner_under_writer(&files, processes, log_format, &restart.channel, &writer),
+        )
+        .await?;
+    report
+        .step(
+            "after the upgrade: the stream is whole, and the new owner serves the stage it took back",
+            async {
+                let done = published.stream_kept(UPGRADE_STREAM_FILE, written)?;
+                let stats = rpc(node.node_get_volume_stats(NodeGetVolumeStatsRequest {
+                    volume_id: volume.volume_id.clone(),
+                    volume_path: path_string(&writer),
+                    staging_target_path: stage.staging_target_path.clone(),
+                }))
+                .await?;
+                let condition = stats
+                    .volume_condition
+                    .ok_or_else(|| "NodeGetVolumeStats reports no condition".to_owned())?;
+                if condition.abnormal {
+                    return Err(format!(
+                        "NodeGetVolumeStats through the new owner: abnormal: {}",
+                        condition.message
+                    ));
+                }
+                let (handed, taken) = handed_over_and_taken_back(&published.log, &epoch)?;
+                Ok(done
+                    .detail(format!(
+                        "NodeGetVolumeStats through the new owner: {}",
+                        condition.message
+                    ))
+                    .detail(format!("the old owner's log: {handed}"))
+                    .detail(format!("the new owner's log: {taken}")))
+            },
+        )
+        .await?;
 
     for (target, pod) in [(&writer, WRITER_POD), (&reader, READER_POD)] {
         report
@@ -702,10 +748,15 @@ pub async fn run(
     Ok(())
 }
 
-/// What a user sees today when the mount owner dies (until the owner hand-off lands): the
-/// volume staged again (the released lease claimed at once), published, the owner killed with
-/// SIGKILL, the target answering ENOTCONN, a new owner started, and the dead stage unpublished
-/// and unstaged through it, the lease released with the epoch of the session record.
+/// What a user sees when the mount owner is killed without a hand-over (SIGKILL; a crash ends
+/// mounts the same way, as the crash hand-off is not built yet): the volume staged again (the
+/// released lease claimed at once), published, the owner killed while the keeper runs, the
+/// keeper dropping its copy at once so the target answers ENOTCONN (no caller hangs), a new
+/// owner started, and the dead stage unpublished and unstaged through it, the lease released
+/// with the epoch of the session record.
+///
+/// The new owner is started while the demo holds no file on the mount (the dead read has
+/// returned): see [`upgrade_owner_under_writer`] for why that matters.
 async fn owner_killed(
     report: &mut Report<'_>,
     files: &Files<'_>,
@@ -717,7 +768,7 @@ async fn owner_killed(
 ) -> Result<(), Failure> {
     let log = files.node("owner.log");
     report.say(format_args!(
-        "-- the mount owner killed: its mounts break until the owner hand-off lands"
+        "-- the mount owner killed without a hand-over (SIGKILL): its mounts end cleanly while the keeper runs (the crash hand-off is not built yet)"
     ));
     let epoch = report
         .step(
@@ -746,7 +797,7 @@ async fn owner_killed(
         })
         .await?;
     let killed_at = Instant::now();
-    report.sync_step("kill the mount owner (SIGKILL)", || {
+    report.sync_step("kill the mount owner (SIGKILL: no hand-over)", || {
         let owner = processes
             .owner
             .as_mut()
@@ -755,7 +806,15 @@ async fn owner_killed(
         owner.kill().map_err(|e| format!("{e:#}"))?;
         processes.owner = None;
         let seen = access_dead_mount(&target.join(FILE_NAME))?;
+        let dropped = log_lines(
+            &files.node("keeper.log"),
+            "the owner went without handing this stage over",
+        )?;
+        let dropped = dropped.last().ok_or_else(|| {
+            "the keeper's log does not show it letting go of the stage".to_owned()
+        })?;
         Ok(Done::said(format!("pid {pid} killed"))
+            .detail(format!("the keeper's log: {dropped}"))
             .detail(format!("a read through the pod's target: {seen}")))
     })?;
     report.sync_step("start a new mount owner", || {
@@ -877,6 +936,8 @@ fn rwo_capability() -> VolumeCapability {
     }
 }
 
+/// The mount owner's command line: every owner the demo starts (the first, the upgrade's
+/// successor, the one after the kill) gets the same flags.
 fn owner_args(files: &Files<'_>, metrics: SocketAddr, log_format: &str) -> Vec<OsString> {
     vec![
         "--csi-endpoint".into(),
@@ -891,6 +952,8 @@ fn owner_args(files: &Files<'_>, metrics: SocketAddr, log_format: &str) -> Vec<O
         CREDENTIAL_NAMESPACE.into(),
         "--metrics-address".into(),
         metrics.to_string().into(),
+        "--keeper-socket".into(),
+        files.keeper_socket().into(),
         "--log-format".into(),
         log_format.into(),
     ]
@@ -927,27 +990,88 @@ fn start_frontend(
     Ok(pid)
 }
 
+/// Starts the FUSE keeper and waits until it listens on its socket.
+async fn start_keeper(
+    files: &Files<'_>,
+    processes: &mut Processes,
+    log_format: &str,
+) -> Result<Done<()>, String> {
+    let socket = files.keeper_socket();
+    let log = files.node("keeper.log");
+    let args: Vec<OsString> = vec![
+        "--keeper".into(),
+        "--keeper-socket".into(),
+        socket.clone().into(),
+        "--metrics-address".into(),
+        "".into(),
+        "--log-format".into(),
+        log_format.into(),
+    ];
+    let keeper =
+        ServiceProcess::spawn_self("serve-node", args, &log).map_err(|e| format!("{e:#}"))?;
+    let pid = keeper.pid();
+    let keeper = processes.keeper.insert(keeper);
+    let deadline = Instant::now() + READY_WAIT;
+    while !socket.exists() {
+        if let Some(status) = keeper.exited().map_err(|e| format!("{e:#}"))? {
+            return Err(format!(
+                "the keeper (pid {pid}) exited ({status}) before it listened"
+            ));
+        }
+        if Instant::now() >= deadline {
+            return Err(format!(
+                "the keeper (pid {pid}) does not listen on {socket:?} after {READY_WAIT:?}"
+            ));
+        }
+        tokio::time::sleep(POLL).await;
+    }
+    Ok(Done::said(format!(
+        "keeper pid {pid} listening on {} (root only)",
+        socket.display()
+    ))
+    .detail("the owner deposits every stage with it, and hands them over to it on SIGTERM")
+    .detail(format!("log {}", log.display())))
+}
+
 /// Waits for the socket, then until Probe answers ready.
 async fn ready(socket: &Path, process: &mut ServiceProcess) -> Result<Done<Channel>, String> {
     let connected = wait_for_socket(socket, process).await?;
     let (channel, details) = connected.into_parts();
-    let mut identity = IdentityClient::new(channel.clone());
-    let deadline = Instant::now() + READY_WAIT;
-    loop {
-        match rpc(identity.probe(ProbeRequest {})).await {
-            Ok(ProbeResponse {
-                ready: Some(true) | None,
-            }) => break,
-            Ok(_) | Err(_) if Instant::now() < deadline => tokio::time::sleep(POLL).await,
-            Ok(_) => return Err(format!("not ready after {READY_WAIT:?}")),
-            Err(error) => return Err(format!("not ready after {READY_WAIT:?}: {error}")),
-        }
-    }
+    until_ready(&channel, process).await?;
     let mut done = Done::new(channel);
     for line in details {
         done = done.detail(line);
     }
     Ok(done.detail("Probe: ready"))
+}
+
+/// Polls Probe on `channel` until it answers ready, while `process` (the one readiness waits
+/// for) runs, for at most [`READY_WAIT`].
+async fn until_ready(channel: &Channel, process: &mut ServiceProcess) -> Result<(), String> {
+    let mut identity = IdentityClient::new(channel.clone());
+    let deadline = Instant::now() + READY_WAIT;
+    loop {
+        let answer = rpc(identity.probe(ProbeRequest {})).await;
+        if let Ok(ProbeResponse {
+            ready: Some(true) | None,
+        }) = answer
+        {
+            return Ok(());
+        }
+        if let Some(status) = process.exited().map_err(|e| format!("{e:#}"))? {
+            return Err(format!(
+                "pid {} exited ({status}) before it was ready",
+                process.pid()
+            ));
+        }
+        if Instant::now() >= deadline {
+            return Err(match answer {
+                Err(error) => format!("not ready after {READY_WAIT:?}: {error}"),
+                Ok(_) => format!("not ready after {READY_WAIT:?}"),
+            });
+        }
+        tokio::time::sleep(POLL).await;
+    }
 }
 
 /// What the frontend restart under a writer measured.
@@ -956,21 +1080,15 @@ struct Restart {
     written: u64,
 }
 
+/// Kills the frontend (SIGKILL) and starts a new one while a writer streams through the
+/// read-write target `writer`; the stream must see no error and no long pause.
 async fn restart_frontend_under_writer(
     files: &Files<'_>,
     processes: &mut Processes,
     log_format: &str,
     writer: &Path,
 ) -> Result<Done<Restart>, String> {
-    let stop = Arc::new(AtomicBool::new(false));
-    let path = writer.join(STREAM_FILE);
-    let stream = {
-        let stop = Arc::clone(&stop);
-        std::thread::Builder::new()
-            .name("demo-writer".into())
-            .spawn(move || write_stream(&path, &stop))
-            .map_err(|e| format!("cannot start the writer: {e}"))?
-    };
+    let stream = Writer::start(writer.join(STREAM_FILE))?;
     tokio::time::sleep(STREAM_MARGIN).await;
     let killed_at = Instant::now();
     let old_pid = frontend(processes).map_err(|f| f.reason)?.pid();
@@ -978,6 +1096,8 @@ async fn restart_frontend_under_writer(
         .map_err(|f| f.reason)?
         .kill()
         .map_err(|e| format!("{e:#}"))?;
+    // Spawning here, while the writer holds its file open, is safe: the owner serves the mount
+    // throughout, so the FLUSH the new process's exec sends is answered.
     let new_pid = start_frontend(files, processes, log_format)?;
     let ready = ready(
         &files.frontend_socket(),
@@ -985,52 +1105,265 @@ async fn restart_frontend_under_writer(
     )
     .await;
     let ready_at = Instant::now();
-    if ready.is_ok() {
-        tokio::time::sleep(STREAM_MARGIN).await;
-    }
-    stop.store(true, Ordering::SeqCst);
-    let stream = stream
-        .join()
-        .map_err(|_| "the writer thread panicked".to_owned())?;
+    let stream = stream.finish(ready.is_ok()).await?;
     let channel = ready?.into_parts().0;
-    if let Some(error) = &stream.error {
-        return Err(format!(
-            "the writer saw an I/O error after {}: {error}",
-            size(to_i64(stream.written))
-        ));
-    }
-    let figures = stream.figures(killed_at, ready_at);
-    if figures.restart_pause > LONGEST_PAUSE_ALLOWED {
-        return Err(format!(
-            "the writer stalled for {:?} while the frontend restarted",
-            figures.restart_pause
-        ));
-    }
-    Ok(Done::new(Restart {
+    let figures = stream.judged(killed_at, ready_at, &FRONTEND_RESTART)?;
+    let done = Done::new(Restart {
         channel,
         written: stream.written,
     })
     .detail(format!(
         "frontend pid {old_pid} killed; pid {new_pid} ready {:.1} ms later (restart to ready)",
         ms(ready_at - killed_at)
-    ))
-    .detail(format!(
-        "writer: {} in {} writes of {}, zero errors",
-        size(to_i64(stream.written)),
-        stream.completions.len(),
-        size(to_i64(CHUNK_BYTES as u64))
-    ))
-    .detail(format!(
-        "throughput {:.1} MiB/s before the kill, {:.1} MiB/s while the frontend was down, {:.1} MiB/s after",
-        figures.before, figures.during, figures.after
-    ))
-    .detail(format!(
-        "longest pause between writes during the restart {:.1} ms, elsewhere {:.1} ms (median {:.2} ms): kubelet's socket is not in the I/O path",
-        ms(figures.restart_pause),
-        ms(figures.other_pause),
-        ms(figures.median_pause)
-    )))
+    ));
+    Ok(figures.into_iter().fold(done, Done::detail))
 }
+
+/// Upgrades the mount owner while a writer streams through the read-write target `writer`:
+/// the old owner gets SIGTERM, hands the stage over to the keeper and exits 0; a new owner
+/// with the same flags takes the stage back (no new INIT, the same lease epoch, renewed) and
+/// reports ready, which the frontend's Probe shows. The writer must see no error and no long
+/// pause. Returns how many bytes the writer wrote.
+async fn upgrade_owner_under_writer(
+    files: &Files<'_>,
+    processes: &mut Processes,
+    log_format: &str,
+    frontend: &Channel,
+    writer: &Path,
+) -> Result<Done<u64>, String> {
+    let metrics = processes
+        .owner_metrics
+        .ok_or_else(|| "the owner's metrics address is unknown".to_owned())?;
+    // The successor is forked now, before the writer opens its file on the mount, and held at
+    // a start gate until the old owner has exited. Forked while the writer holds the file open,
+    // the new process would close its copy of that descriptor at `exec`, and that close sends
+    // a FUSE FLUSH, which waits for the connection's server. During the hand-over there is
+    // none, and the server to come is the very process stuck in `exec`: the spawn (which
+    // waits for the exec) would never return. So nothing is forked while the writer runs.
+    let gate = files.node("owner-successor.go");
+    let successor = ServiceProcess::spawn_self_gated(
+        "serve-node",
+        owner_args(files, metrics, log_format),
+        &files.node("owner.log"),
+        &gate,
+    )
+    .map_err(|e| format!("{e:#}"))?;
+    let new_pid = successor.pid();
+    let stream = Writer::start(writer.join(UPGRADE_STREAM_FILE))?;
+    tokio::time::sleep(STREAM_MARGIN).await;
+    let old = processes
+        .owner
+        .as_mut()
+        .ok_or_else(|| "the owner was not started".to_owned())?;
+    let old_pid = old.pid();
+    let terminated_at = Instant::now();
+    let stopped = old.stop_async(OWNER_STOP_GRACE).await;
+    let exited_at = Instant::now();
+    // The old owner is gone either way (exited, or killed after the grace period): the
+    // successor takes its place and is let go.
+    processes.owner = Some(successor);
+    let ready = match std::fs::write(&gate, b"") {
+        Ok(()) => match processes.owner.as_mut() {
+            Some(owner) => until_ready(frontend, owner).await,
+            None => Err("the new owner is gone".to_owned()),
+        },
+        Err(e) => Err(format!("cannot let the new owner go ({gate:?}): {e}")),
+    };
+    let ready_at = Instant::now();
+    let stream = stream.finish(ready.is_ok()).await;
+    match stopped.map_err(|e| format!("{e:#}"))? {
+        Stopped::Terminated(status) if status.success() => {}
+        Stopped::Terminated(status) => {
+            return Err(format!("the old owner exited with {status} after SIGTERM"));
+        }
+        Stopped::AlreadyExited(status) => {
+            return Err(format!("the old owner had exited on its own ({status})"));
+        }
+        Stopped::Killed => {
+            return Err(format!(
+                "the old owner did not exit within {OWNER_STOP_GRACE:?} of SIGTERM and was killed"
+            ));
+        }
+    }
+    ready.map_err(|e| format!("the new owner (pid {new_pid}): {e}"))?;
+    let stream = stream?;
+    let figures = stream.judged(terminated_at, ready_at, &OWNER_UPGRADE)?;
+    let done = Done::new(stream.written)
+        .detail(format!(
+            "mount owner pid {old_pid} exited 0 {:.1} ms after SIGTERM, the stage handed over to the keeper",
+            ms(exited_at - terminated_at)
+        ))
+        .detail(format!(
+            "pid {new_pid} (started before the writer, held at a start gate) took the stage back; Probe through the frontend ready {:.1} ms after the SIGTERM (owner upgrade: SIGTERM to ready)",
+            ms(ready_at - terminated_at)
+        ));
+    Ok(figures.into_iter().fold(done, Done::detail))
+}
+
+/// The stage and its two publications as they were made: what the checks after each
+/// interruption compare against.
+struct Published {
+    staging: PathBuf,
+    writer: PathBuf,
+    reader: PathBuf,
+    /// The stage's mount ID.
+    mount: u64,
+    /// The lease epoch claimed at stage.
+    epoch: String,
+    /// The owners' log.
+    log: PathBuf,
+}
+
+impl Published {
+    /// Reads the stream `file` back through the read-only target and checks every byte, then
+    /// removes it through the read-write one (room for the next stream); checks that the stage
+    /// is the one staged (the same mount ID) and the lease the one claimed (no second claim).
+    fn stream_kept(&self, file: &str, written: u64) -> Result<Done<()>, String> {
+        let read = verify_stream(&self.reader.join(file), written)?;
+        let id = mount_id(&self.staging)?;
+        if id != self.mount {
+            return Err(format!(
+                "the stage was remounted (mount id {}, now {id})",
+                self.mount
+            ));
+        }
+        let (_, now) = claimed(&self.log, 1)?;
+        if now != self.epoch {
+            return Err(format!(
+                "the lease was claimed again (epoch {}, now {now})",
+                self.epoch
+            ));
+        }
+        let stream = self.writer.join(file);
+        std::fs::remove_file(&stream).map_err(|e| format!("removing {stream:?}: {e}"))?;
+        Ok(Done::said(format!(
+            "{} read back and checked (then removed)",
+            size(to_i64(read))
+        ))
+        .detail(format!(
+            "the FUSE mount is the one staged (mount id {id}): never remounted"
+        ))
+        .detail(format!(
+            "the lease is the one claimed at stage (epoch {}): no new claim",
+            self.epoch
+        )))
+    }
+}
+
+/// The owners' log lines of the one hand-over: the old owner's "handed the stage over" (the
+/// whole hand-over must have handed one stage over and failed none), and the new owner's
+/// "took a handed-over stage back", with the lease's `epoch`.
+fn handed_over_and_taken_back(log: &Path, epoch: &str) -> Result<(String, String), String> {
+    let summary = log_lines(log, "handed the stages over to the keeper")?;
+    let summary = summary
+        .last()
+        .ok_or_else(|| "the owner's log shows no hand-over".to_owned())?;
+    if log_field(summary, "handed_over") != Some("1") || log_field(summary, "failed") != Some("0") {
+        return Err(format!(
+            "the hand-over was not one stage, none failed: {summary}"
+        ));
+    }
+    let handed = log_lines(log, "handed the stage over")?;
+    let handed = handed
+        .last()
+        .ok_or_else(|| "the owner's log shows no stage handed over".to_owned())?;
+    let taken = log_lines(log, "took a handed-over stage back")?;
+    let [taken] = &taken[..] else {
+        return Err(format!(
+            "the owner's log shows {} stages taken back, expected 1",
+            taken.len()
+        ));
+    };
+    if !taken.contains(epoch) {
+        return Err(format!(
+            "the stage was taken back without epoch {epoch}: {taken}"
+        ));
+    }
+    Ok((handed.clone(), taken.clone()))
+}
+
+/// A writer thread streaming into a file on the mount ([`write_stream`]). Dropping it tells
+/// the thread to stop.
+struct Writer {
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<Stream>>,
+}
+
+impl Writer {
+    /// Starts the writer; it creates `path`.
+    fn start(path: PathBuf) -> Result<Writer, String> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let thread = {
+            let stop = Arc::clone(&stop);
+            std::thread::Builder::new()
+                .name("demo-writer".into())
+                .spawn(move || write_stream(&path, &stop))
+                .map_err(|e| format!("cannot start the writer: {e}"))?
+        };
+        Ok(Writer {
+            stop,
+            thread: Some(thread),
+        })
+    }
+
+    /// Lets the writer run [`STREAM_MARGIN`] longer if `settle`, then stops it and returns
+    /// what it did. A writer that does not stop within [`READY_WAIT`] (a write waiting on a
+    /// mount nobody serves) is left behind, and that is the error.
+    async fn finish(mut self, settle: bool) -> Result<Stream, String> {
+        if settle {
+            tokio::time::sleep(STREAM_MARGIN).await;
+        }
+        self.stop.store(true, Ordering::SeqCst);
+        let thread = self
+            .thread
+            .take()
+            .ok_or_else(|| "the writer has already finished".to_owned())?;
+        let deadline = Instant::now() + READY_WAIT;
+        while !thread.is_finished() {
+            if Instant::now() >= deadline {
+                return Err(format!(
+                    "the writer did not stop within {READY_WAIT:?}: a write waits on the mount"
+                ));
+            }
+            tokio::time::sleep(POLL).await;
+        }
+        thread
+            .join()
+            .map_err(|_| "the writer thread panicked".to_owned())
+    }
+}
+
+impl Drop for Writer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+    }
+}
+
+/// What interrupts a stream, in the words of its figures.
+struct Interruption {
+    /// Its start: "the kill".
+    start: &'static str,
+    /// Its window: "while the frontend was down".
+    during: &'static str,
+    /// Its name: "the restart".
+    name: &'static str,
+    /// What the pauses show.
+    shows: &'static str,
+}
+
+const FRONTEND_RESTART: Interruption = Interruption {
+    start: "the kill",
+    during: "while the frontend was down",
+    name: "the restart",
+    shows: "kubelet's socket is not in the I/O path",
+};
+
+const OWNER_UPGRADE: Interruption = Interruption {
+    start: "the SIGTERM",
+    during: "during the upgrade",
+    name: "the upgrade",
+    shows: "requests waited in the kernel while the keeper held the connection",
+};
 
 /// What the writer thread did.
 struct Stream {
@@ -1045,16 +1378,60 @@ struct Figures {
     before: f64,
     during: f64,
     after: f64,
-    /// The longest pause between two writes that overlaps the frontend's restart.
-    restart_pause: Duration,
+    /// The longest pause between two writes that overlaps the interruption.
+    interrupted_pause: Duration,
     /// The longest pause between two writes outside it.
     other_pause: Duration,
     median_pause: Duration,
 }
 
 impl Stream {
-    fn figures(&self, killed_at: Instant, ready_at: Instant) -> Figures {
-        let end = self.completions.last().map_or(ready_at, |(at, _)| *at);
+    /// Fails on the writer's error or on a pause over [`LONGEST_PAUSE_ALLOWED`] during the
+    /// interruption from `from` to `to`; otherwise the lines that say what was measured.
+    fn judged(
+        &self,
+        from: Instant,
+        to: Instant,
+        how: &Interruption,
+    ) -> Result<Vec<String>, String> {
+        if let Some(error) = &self.error {
+            return Err(format!(
+                "the writer saw an I/O error after {}: {error}",
+                size(to_i64(self.written))
+            ));
+        }
+        let figures = self.figures(from, to);
+        if figures.interrupted_pause > LONGEST_PAUSE_ALLOWED {
+            return Err(format!(
+                "the writer stalled for {:?} during {}",
+                figures.interrupted_pause, how.name
+            ));
+        }
+        Ok(vec![
+            format!(
+                "writer: {} in {} writes of {}, zero errors",
+                size(to_i64(self.written)),
+                self.completions.len(),
+                size(to_i64(CHUNK_BYTES as u64))
+            ),
+            format!(
+                "throughput {:.1} MiB/s before {}, {:.1} MiB/s {}, {:.1} MiB/s after",
+                figures.before, how.start, figures.during, how.during, figures.after
+            ),
+            format!(
+                "longest pause between writes during {} {:.1} ms, elsewhere {:.1} ms (median {:.2} ms): {}",
+                how.name,
+                ms(figures.interrupted_pause),
+                ms(figures.other_pause),
+                ms(figures.median_pause),
+                how.shows
+            ),
+        ])
+    }
+
+    /// The figures of the stream split at the interruption's start (`from`) and end (`to`).
+    fn figures(&self, from: Instant, to: Instant) -> Figures {
+        let end = self.completions.last().map_or(to, |(at, _)| *at);
         let rate = |from: Instant, to: Instant| {
             let bytes: u64 = self
                 .completions
@@ -1074,22 +1451,25 @@ impl Stream {
             .chain(self.completions.iter().map(|(at, _)| *at))
             .collect();
         let intervals: Vec<(Instant, Instant)> = times.windows(2).map(|w| (w[0], w[1])).collect();
-        let overlaps = |(from, to): &(Instant, Instant)| *to > killed_at && *from < ready_at;
-        let longest = |restart: bool| {
+        let overlaps = |(start, stop): &(Instant, Instant)| *stop > from && *start < to;
+        let longest = |interrupted: bool| {
             intervals
                 .iter()
-                .filter(|i| overlaps(i) == restart)
-                .map(|(from, to)| *to - *from)
+                .filter(|i| overlaps(i) == interrupted)
+                .map(|(start, stop)| *stop - *start)
                 .max()
                 .unwrap_or_default()
         };
-        let mut pauses: Vec<Duration> = intervals.iter().map(|(from, to)| *to - *from).collect();
+        let mut pauses: Vec<Duration> = intervals
+            .iter()
+            .map(|(start, stop)| *stop - *start)
+            .collect();
         pauses.sort();
         Figures {
-            before: rate(self.started, killed_at),
-            during: rate(killed_at, ready_at),
-            after: rate(ready_at, end),
-            restart_pause: longest(true),
+            before: rate(self.started, from),
+            during: rate(from, to),
+            after: rate(to, end),
+            interrupted_pause: longest(true),
             other_pause: longest(false),
             median_pause: pauses.get(pauses.len() / 2).copied().unwrap_or_default(),
         }
@@ -1327,7 +1707,7 @@ mod tests {
     }
 
     #[test]
-    fn figures_split_the_stream_at_the_kill_and_the_ready() {
+    fn figures_split_the_stream_at_the_interruption() {
         let started = Instant::now();
         let at = |ms: u64| started + Duration::from_millis(ms);
         let stream = Stream {
@@ -1349,7 +1729,7 @@ mod tests {
             "{}",
             figures.after
         );
-        assert_eq!(figures.restart_pause, Duration::from_millis(500));
+        assert_eq!(figures.interrupted_pause, Duration::from_millis(500));
         assert_eq!(figures.other_pause, Duration::from_millis(100));
         assert_eq!(figures.median_pause, Duration::from_millis(100));
     }
@@ -1364,6 +1744,45 @@ mod tests {
         assert_eq!(log_field(json, "epoch"), Some("00ab"));
         assert_eq!(log_field(json, "was_holder"), Some("true"));
         assert_eq!(log_field(json, "volume"), None);
+    }
+
+    #[test]
+    fn one_hand_over_and_one_take_back_with_the_epoch_count() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("owner.log");
+        let handed = "INFO handed the stage over volume=v nodes=3 handles=1\n";
+        let summary =
+            "INFO handed the stages over to the keeper handed_over=1 failed=0 seconds=0.01\n";
+        let taken = "INFO took a handed-over stage back volume=v epoch=Some(\"e1\") seconds=0.01\n";
+        std::fs::write(&log, format!("{handed}{summary}{taken}")).unwrap();
+        let (old, new) = handed_over_and_taken_back(&log, "e1").unwrap();
+        assert!(old.contains("nodes=3"), "{old}");
+        assert!(new.contains("took a handed-over stage back"), "{new}");
+        assert!(
+            handed_over_and_taken_back(&log, "e2")
+                .unwrap_err()
+                .contains("without epoch e2")
+        );
+        std::fs::write(&log, format!("{handed}{summary}{taken}{taken}")).unwrap();
+        assert!(
+            handed_over_and_taken_back(&log, "e1")
+                .unwrap_err()
+                .contains("2 stages taken back")
+        );
+        let failed =
+            "INFO handed the stages over to the keeper handed_over=0 failed=1 seconds=0.01\n";
+        std::fs::write(&log, format!("{failed}{taken}")).unwrap();
+        assert!(handed_over_and_taken_back(&log, "e1").is_err());
+        let json = concat!(
+            r#"{"message":"handed the stage over","volume":"v","nodes":3,"handles":1}"#,
+            "\n",
+            r#"{"message":"handed the stages over to the keeper","handed_over":1,"failed":0}"#,
+            "\n",
+            r#"{"message":"took a handed-over stage back","volume":"v","epoch":"Some(\"e1\")"}"#,
+            "\n",
+        );
+        std::fs::write(&log, json).unwrap();
+        assert!(handed_over_and_taken_back(&log, "e1").is_ok());
     }
 
     #[test]

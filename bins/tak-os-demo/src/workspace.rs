@@ -24,7 +24,7 @@ const UNMOUNT_ROUNDS: usize = 8;
 /// <root>/consumers/   the trusted consumers' root: the worker group's state is published here
 /// <root>/worker/      the worker group: PKI, token file, credentials for the node, the
 ///                     controller's socket, logs (and its state, when no local volume holds it)
-/// <root>/node/        the node's sockets (frontend and mount service) and logs
+/// <root>/node/        the node's sockets (frontend, mount service, keeper) and logs
 /// ```
 #[derive(Debug)]
 pub struct Workspace {

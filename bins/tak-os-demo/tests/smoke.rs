@@ -44,6 +44,17 @@ fn pids(stdout: &str) -> Vec<i32> {
         .collect()
 }
 
+/// The indented detail lines printed under the step whose line contains `step`.
+fn details<'a>(stdout: &'a str, step: &str) -> Vec<&'a str> {
+    stdout
+        .lines()
+        .skip_while(|l| !l.contains(step))
+        .skip(1)
+        .take_while(|l| !l.starts_with('[') && l.starts_with(' '))
+        .map(str::trim)
+        .collect()
+}
+
 fn is_running(pid: i32) -> bool {
     // A zombie waiting for its (new) parent to reap it counts as stopped.
     std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
@@ -73,20 +84,58 @@ fn the_demo_passes_and_leaves_nothing_behind() {
         "{dir:?}"
     );
     assert!(!dir.exists(), "{dir:?} was left behind");
-    // The driver, both workers, the owner and both frontends.
+    // The driver, both workers, the keeper, three owners (the first, its successor after the
+    // upgrade, the one started after the kill) and both frontends.
     let pids = pids(&stdout);
-    assert!(pids.len() >= 6, "{pids:?}:\n{stdout}");
+    assert!(pids.len() >= 9, "{pids:?}:\n{stdout}");
+    let keeper: i32 = field(&stdout, "keeper pid ")
+        .and_then(|pid| pid.parse().ok())
+        .unwrap_or_else(|| panic!("no keeper pid:\n{stdout}"));
+    assert!(pids.contains(&keeper), "{pids:?}:\n{stdout}");
     for pid in pids {
         assert!(!is_running(pid), "pid {pid} is still running:\n{stdout}");
     }
     for proof in [
         "NodePublishVolume to the worker group as a trusted consumer ... ok",
+        "start the FUSE keeper",
         "kill the frontend (SIGKILL) and start a new one while a writer streams ... ok",
         "zero errors",
         "the stream is whole",
+        "upgrade the mount owner (SIGTERM: it hands the stage over to the keeper) while a writer streams ... ok",
+        "after the upgrade: the stream is whole, and the new owner serves the stage it took back ... ok",
+        "took a handed-over stage back",
+        "kill the mount owner (SIGKILL: no hand-over) ... ok",
         "mount lease released",
+        "stop the keeper (SIGTERM) ... ok",
     ] {
         assert!(stdout.contains(proof), "{proof:?} missing:\n{stdout}");
+    }
+    // The upgrade's figures: the time to ready, zero errors, the pauses.
+    let upgrade = details(&stdout, "upgrade the mount owner (SIGTERM");
+    for figure in [
+        "exited 0",
+        "(owner upgrade: SIGTERM to ready)",
+        "zero errors",
+        "throughput",
+        "longest pause between writes during the upgrade",
+    ] {
+        assert!(
+            upgrade.iter().any(|l| l.contains(figure)),
+            "{figure:?} missing from the upgrade's figures {upgrade:#?}:\n{stdout}"
+        );
+    }
+    let after = details(&stdout, "after the upgrade: the stream is whole");
+    for proof in [
+        "read back and checked",
+        "never remounted",
+        "no new claim",
+        "the stage serves",
+        "took a handed-over stage back",
+    ] {
+        assert!(
+            after.iter().any(|l| l.contains(proof)),
+            "{proof:?} missing from {after:#?}:\n{stdout}"
+        );
     }
     let ours = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
     assert!(!ours.contains(&dir.display().to_string()), "a mount leaked");
@@ -160,8 +209,8 @@ fn keep_leaves_reachable_processes_that_kill_stops() {
     let stop = Stop(kept.clone(), dir.clone());
     assert_eq!(
         kept.len(),
-        5,
-        "driver, leader, follower, owner, frontend:\n{stdout}"
+        6,
+        "driver, leader, follower, keeper, owner, frontend:\n{stdout}"
     );
 
     assert!(
@@ -181,6 +230,21 @@ fn keep_leaves_reachable_processes_that_kill_stops() {
         assert!(is_running(*pid), "pid {pid} is not running:\n{stdout}");
     }
     assert!(dir.join("node/csi.sock").exists() && dir.join("node/owner.sock").exists());
+    assert!(dir.join("node/keeper.sock").exists());
+    assert!(
+        stdout.contains(&format!(
+            "unix://{} (keeper)",
+            dir.join("node/keeper.sock").display()
+        )),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains(&format!(
+            "{} (keeper)",
+            dir.join("node/keeper.log").display()
+        )),
+        "{stdout}"
+    );
     assert!(dir.join("worker/controller.sock").exists());
     let socket = field(&stdout, "socket ").unwrap();
     assert_eq!(socket, format!("unix://{}", dir.join("csi.sock").display()));

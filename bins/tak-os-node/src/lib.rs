@@ -6,8 +6,9 @@
 //! only parses flags. The parts: the volume context contract ([`context`]) and the capability
 //! rules ([`capability`]), both from the `replicated-contract` crate that volume creators share,
 //! re-exported here; where credentials come from ([`credentials`]), the owner itself
-//! ([`owner`]), its errors and their status codes ([`error`], [`status`]), the tonic services
-//! ([`grpc`]) and the flags ([`config`]).
+//! ([`owner`]), the FUSE keeper that lets mounts outlive an owner upgrade and the owner's side
+//! of it ([`keeper`]), its errors and their status codes ([`error`], [`status`]), the tonic
+//! services ([`grpc`]), the kubelet-facing frontend ([`frontend`]) and the flags ([`config`]).
 
 use std::future::Future;
 use std::sync::Arc;
