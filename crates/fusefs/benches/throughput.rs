@@ -454,8 +454,8 @@ impl Replicated {
 /// A worker that answers at once from memory: the root holds the directory `small`, which
 /// holds a 100-byte file of every name, and can hold `sequential.bin`, whose writes only
 /// grow its size and whose reads return zeros with each mebibyte's number. Mounted through the same
-/// `Fs`, fuse3 adapter and mount options as (a), it shows what the kernel, fuse3 and `Fs`
-/// alone cost: the part of (a)'s time that no worker, however fast, could remove.
+/// `Fs`, session adapter and mount options as (a), it shows what the kernel, the FUSE session
+/// and `Fs` alone cost: the part of (a)'s time that no worker, however fast, could remove.
 #[derive(Default)]
 struct InstantWorker {
     calls: AtomicU64,
@@ -1185,7 +1185,7 @@ fn instant_report(results: &[Vec<Figures>; 3], rounds: &[InstantFigures]) {
     let (write, read, stat) = (of(|f| f.write), of(|f| f.read), of(|f| f.stat));
     println!();
     println!(
-        "The FUSE layer alone (`Fs`, fuse3 and the kernel with the same mount options, over a \
+        "The FUSE layer alone (`Fs`, the FUSE session and the kernel with the same mount options, over a \
          worker that answers from memory at once; medians of {} rounds):",
         rounds.len()
     );
