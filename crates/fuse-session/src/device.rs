@@ -126,6 +126,29 @@ pub(crate) fn write_message(fd: BorrowedFd<'_>, message: &[u8]) -> io::Result<()
     }
 }
 
+/// Writes one reply made of a header and a body in one `writev`, without joining them.
+pub(crate) fn write_message_vectored(
+    fd: BorrowedFd<'_>,
+    header: &[u8],
+    body: &[u8],
+) -> io::Result<()> {
+    let total = header.len() + body.len();
+    loop {
+        let parts = [io::IoSlice::new(header), io::IoSlice::new(body)];
+        match rustix::io::writev(fd, &parts) {
+            Ok(written) if written == total => return Ok(()),
+            Ok(written) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::WriteZero,
+                    format!("wrote {written} of {total} bytes"),
+                ));
+            }
+            Err(Errno::INTR) => continue,
+            Err(e) => return Err(Error::io(e)),
+        }
+    }
+}
+
 /// Writes `FUSE_NOTIFY_RESEND` on `fd`: the kernel moves every request that was read from this
 /// connection's device but not yet answered (by any holder of the descriptor, a dead one
 /// included) back to its queue, and sends each again with

@@ -1,8 +1,10 @@
 //! What a filesystem implements ([`Handler`]), what it gets with each request
 //! ([`RequestContext`]) and what it answers ([`Reply`]).
 
+use std::borrow::Cow;
 use std::future::Future;
 
+use bytes::Bytes;
 use fuse_wire::{Errno, Request, Unique, reply};
 use tokio::sync::watch;
 
@@ -74,16 +76,19 @@ impl RequestContext {
     }
 }
 
-/// A handler's answer: one whole message encoded with [`fuse_wire::reply`], or nothing.
+/// A handler's answer: one whole message encoded with [`fuse_wire::reply`], a header and a
+/// body written together without copying the body ([`Reply::bytes`]), or nothing.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Reply {
+    /// The whole message, or the header of one whose body is `body`.
     message: Option<Vec<u8>>,
+    body: Option<Bytes>,
 }
 
 impl Reply {
     /// No reply: for FORGET and BATCH_FORGET, the only requests that get none.
     pub fn none() -> Reply {
-        Reply { message: None }
+        Reply::default()
     }
 
     /// An error reply.
@@ -101,7 +106,21 @@ impl Reply {
     pub fn data(unique: Unique, data: &[u8]) -> Reply {
         let mut out = Vec::with_capacity(fuse_wire::OUT_HEADER_SIZE + data.len());
         match reply::data(&mut out, unique, data) {
-            Ok(()) => Reply { message: Some(out) },
+            Ok(()) => Reply::from_message(out),
+            Err(_) => Reply::error(unique, Errno::EIO),
+        }
+    }
+
+    /// [`Reply::data`] without copying: the session writes the header and `data` with one
+    /// `writev`. For large bodies (READ): a copy into a new buffer per reply costs an
+    /// allocation whose pages the allocator may have given back, so fresh page faults, on
+    /// every read.
+    pub fn bytes(unique: Unique, data: Bytes) -> Reply {
+        match reply::header(unique, data.len()) {
+            Ok(header) => Reply {
+                message: Some(header.to_vec()),
+                body: Some(data),
+            },
             Err(_) => Reply::error(unique, Errno::EIO),
         }
     }
@@ -111,23 +130,30 @@ impl Reply {
     pub fn encode(build: impl FnOnce(&mut Vec<u8>)) -> Reply {
         let mut out = Vec::new();
         build(&mut out);
-        Reply { message: Some(out) }
+        Reply::from_message(out)
     }
 
     /// A reply from bytes already encoded (a `fuse_out_header` and its body).
     pub fn from_message(message: Vec<u8>) -> Reply {
         Reply {
             message: Some(message),
+            body: None,
         }
     }
 
-    /// The message, or `None` for no reply.
-    pub fn message(&self) -> Option<&[u8]> {
-        self.message.as_deref()
+    /// The whole message (a [`Reply::bytes`] reply's header and body joined into a copy), or
+    /// `None` for no reply.
+    pub fn message(&self) -> Option<Cow<'_, [u8]>> {
+        let message = self.message.as_deref()?;
+        Some(match &self.body {
+            None => Cow::Borrowed(message),
+            Some(body) => Cow::Owned([message, body].concat()),
+        })
     }
 
-    pub(crate) fn into_message(self) -> Option<Vec<u8>> {
-        self.message
+    /// The message (or the header), and the body written after it, if any.
+    pub(crate) fn into_parts(self) -> Option<(Vec<u8>, Option<Bytes>)> {
+        Some((self.message?, self.body))
     }
 }
 
@@ -138,16 +164,24 @@ mod tests {
     #[test]
     fn replies_carry_the_unique_as_received() {
         let unique = Unique(Unique::RESEND_BIT | 42);
-        let (header, body) = reply::decode(Reply::error(unique, Errno::ENOENT).message().unwrap())
+        let error = Reply::error(unique, Errno::ENOENT);
+        let (header, body) = reply::decode(&error.message().unwrap())
             .map(|(h, b)| (h, b.to_vec()))
             .unwrap();
         assert_eq!((header.unique, header.error), (unique.raw(), -2));
         assert!(body.is_empty());
         let data = Reply::data(unique, b"abc");
-        let (header, body) = reply::decode(data.message().unwrap()).unwrap();
+        let message = data.message().unwrap();
+        let (header, body) = reply::decode(&message).unwrap();
         assert_eq!(
             (header.unique, header.error, body),
             (unique.raw(), 0, &b"abc"[..])
+        );
+        let vectored = Reply::bytes(unique, Bytes::from_static(b"abc"));
+        assert_eq!(
+            vectored.message(),
+            data.message(),
+            "the same bytes on the wire"
         );
         assert_eq!(Reply::none().message(), None);
         assert_eq!(

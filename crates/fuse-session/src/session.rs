@@ -662,8 +662,8 @@ fn answer(
     opcode: Opcode,
     reply: Reply,
 ) {
-    let message = match reply.into_message() {
-        Some(message) if reply_is_for(&message, unique) => message,
+    let (message, body) = match reply.into_parts() {
+        Some((message, body)) if reply_is_for(&message, body.as_deref(), unique) => (message, body),
         wrong => {
             error!(
                 ?unique,
@@ -674,10 +674,15 @@ fn answer(
             bump(&counts.replaced_replies);
             let mut eio = Vec::new();
             reply::error(&mut eio, unique, Errno::EIO);
-            eio
+            (eio, None)
         }
     };
-    if let Err(e) = device::write_message(device.get_ref().as_fd(), &message) {
+    let fd = device.get_ref().as_fd();
+    let written = match &body {
+        None => device::write_message(fd, &message),
+        Some(body) => device::write_message_vectored(fd, &message, body),
+    };
+    if let Err(e) = written {
         bump(&counts.failed_writes);
         match e.raw_os_error() {
             // ENOENT: the kernel no longer waits for this unique (the request was aborted,
@@ -693,10 +698,21 @@ fn answer(
     }
 }
 
-/// Whether `message` is a well-formed reply to `unique` that the kernel accepts: its header's
-/// length is the message's, its `unique` is the request's, its error is 0 or `-1..=-511`, and
-/// an error reply has no body.
-fn reply_is_for(message: &[u8], unique: Unique) -> bool {
+/// Whether `message` (followed by `body`, when the reply is written in two parts) is a
+/// well-formed reply to `unique` that the kernel accepts: its header's length is the whole
+/// reply's, its `unique` is the request's, its error is 0 or `-1..=-511`, and an error reply
+/// has no body.
+fn reply_is_for(message: &[u8], body: Option<&[u8]>, unique: Unique) -> bool {
+    if let Some(body) = body {
+        // Written in two parts: `message` is the header alone.
+        return message.len() == fuse_wire::OUT_HEADER_SIZE
+            && header_is_for(
+                message,
+                message.len() + body.len(),
+                !body.is_empty(),
+                unique,
+            );
+    }
     match reply::decode(message) {
         Ok((header, body)) => {
             header.unique == unique.raw()
@@ -704,6 +720,19 @@ fn reply_is_for(message: &[u8], unique: Unique) -> bool {
                 && (header.error == 0 || body.is_empty())
         }
         Err(_) => false,
+    }
+}
+
+/// The header checks of [`reply_is_for`] for a reply of `len` bytes in all.
+fn header_is_for(header: &[u8], len: usize, has_body: bool, unique: Unique) -> bool {
+    match fuse_wire::OutHeader::read_from(header) {
+        Some(header) => {
+            usize::try_from(header.len).is_ok_and(|l| l == len)
+                && header.unique == unique.raw()
+                && (-511..=0).contains(&header.error)
+                && (header.error == 0 || !has_body)
+        }
+        None => false,
     }
 }
 
@@ -715,12 +744,25 @@ mod tests {
     fn only_a_well_formed_reply_to_the_request_is_sent() {
         let unique = Unique(8);
         let ok = Reply::data(unique, b"data");
-        assert!(reply_is_for(ok.message().unwrap(), unique));
-        assert!(!reply_is_for(ok.message().unwrap(), Unique(10)));
+        assert!(reply_is_for(&ok.message().unwrap(), None, unique));
+        assert!(!reply_is_for(&ok.message().unwrap(), None, Unique(10)));
         assert!(reply_is_for(
-            Reply::error(unique, Errno::ENOENT).message().unwrap(),
+            &Reply::error(unique, Errno::ENOENT).message().unwrap(),
+            None,
             unique
         ));
+        // A header and a body written together: the header must name the whole length.
+        let header = reply::header(unique, 4).unwrap();
+        assert!(reply_is_for(&header, Some(b"data"), unique));
+        assert!(
+            !reply_is_for(&header, Some(b"dat"), unique),
+            "a length that lies"
+        );
+        assert!(!reply_is_for(&header, Some(b"data"), Unique(10)));
+        assert!(
+            !reply_is_for(&header[..8], Some(b"data"), unique),
+            "no whole header"
+        );
         // An error with a body, an error out of range, a length that lies, no header.
         let mut with_body = Reply::error(unique, Errno::ENOENT)
             .message()
@@ -728,17 +770,17 @@ mod tests {
             .to_vec();
         with_body.extend_from_slice(&[0; 8]);
         with_body[0] = 24;
-        assert!(!reply_is_for(&with_body, unique));
+        assert!(!reply_is_for(&with_body, None, unique));
         let mut out_of_range = Reply::empty(unique).message().unwrap().to_vec();
         out_of_range[4..8].copy_from_slice(&(-512i32).to_ne_bytes());
-        assert!(!reply_is_for(&out_of_range, unique));
+        assert!(!reply_is_for(&out_of_range, None, unique));
         let mut positive = Reply::empty(unique).message().unwrap().to_vec();
         positive[4..8].copy_from_slice(&1i32.to_ne_bytes());
-        assert!(!reply_is_for(&positive, unique));
+        assert!(!reply_is_for(&positive, None, unique));
         let mut lying = ok.message().unwrap().to_vec();
         lying.pop();
-        assert!(!reply_is_for(&lying, unique));
-        assert!(!reply_is_for(&[0; 8], unique));
+        assert!(!reply_is_for(&lying, None, unique));
+        assert!(!reply_is_for(&[0; 8], None, unique));
     }
 
     #[test]

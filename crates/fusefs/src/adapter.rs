@@ -94,7 +94,7 @@ impl<S: FileService> FuseAdapter<S> {
                 attr(unique, "setattr", fs.setattr(caller, node, fh, set).await)
             }
             Operation::Readlink => match fs.readlink(caller, node).await {
-                Ok(target) => Reply::data(unique, &target),
+                Ok(target) => Reply::bytes(unique, target),
                 Err(e) => failed(unique, "readlink", &e),
             },
             Operation::Symlink { name, target } => entry(
@@ -157,7 +157,7 @@ impl<S: FileService> FuseAdapter<S> {
             }
             Operation::Read(arg) => {
                 match fs.read(caller, node, arg.fh, arg.offset, arg.size).await {
-                    Ok(data) => Reply::data(unique, &data),
+                    Ok(data) => Reply::bytes(unique, data),
                     Err(e) => failed(unique, "read", &e),
                 }
             }
@@ -268,7 +268,7 @@ fn listing(unique: Unique, operation: &'static str, size: u32, entries: Vec<DirE
             Err(_) => return failed(unique, operation, &bad_name(operation)),
         }
     }
-    Reply::data(unique, buffer.as_bytes())
+    Reply::bytes(unique, buffer.into_bytes().into())
 }
 
 /// A READDIRPLUS reply. Entries are pulled one at a time and pulling stops at the first that
@@ -287,7 +287,7 @@ fn listing_plus<S: FileService>(
             Err(_) => return failed(unique, "readdirplus", &bad_name("readdirplus")),
         }
     }
-    Reply::data(unique, buffer.as_bytes())
+    Reply::bytes(unique, buffer.into_bytes().into())
 }
 
 /// A worker listed a name the kernel would refuse (empty, too long, holding `/` or NUL).
