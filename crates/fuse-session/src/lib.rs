@@ -82,7 +82,8 @@
 //! .encode(&mut bytes)?;
 //! let request = Request::decode(&bytes)?;
 //! let answer = rt.block_on(Empty.handle(RequestContext::never_interrupted(), request));
-//! let (header, body) = reply::decode(&answer.message().unwrap())?;
+//! let message = answer.message().unwrap();
+//! let (header, body) = reply::decode(&message)?;
 //! assert_eq!((header.error, header.unique, body.len()), (0, 2, 104));
 //! # let _ = serve;
 //! # Ok::<(), Box<dyn std::error::Error>>(())
