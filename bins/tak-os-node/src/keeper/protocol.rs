@@ -168,12 +168,10 @@ impl Deposit {
                 found: fds.len(),
             });
         }
-        if self.volume_id.is_empty()
-            || self.volume_id.len() > crate::owner::MAX_VOLUME_ID_BYTES
-            || self.volume_id.contains(['/', '\0'])
-        {
-            return Err(invalid("volume_id", "empty, too long or holding / or NUL"));
-        }
+        crate::owner::check_volume_id(&self.volume_id).map_err(|e| ProtocolError::Invalid {
+            field: "volume_id",
+            problem: e.to_string(),
+        })?;
         if !self.staging.is_absolute() || self.staging.parent().is_none() {
             return Err(invalid("staging", "not an absolute path below /"));
         }
