@@ -1,8 +1,8 @@
 //! The per-volume client: admission, the call policy, a transport and metrics together.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Instant;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use tokio::sync::Semaphore;
@@ -44,6 +44,8 @@ struct Shared<T> {
     slots: Semaphore,
     /// The endpoint that last answered: where the next call starts.
     preferred: AtomicUsize,
+    /// The reply retention the workers last stated, in milliseconds; zero until one did.
+    reply_retention_ms: AtomicU64,
 }
 
 /// A client for one volume's workers. Cheap to clone; clones share admission slots, the
@@ -130,6 +132,7 @@ impl<T: Transport> Client<T> {
                 transport,
                 slots,
                 preferred: AtomicUsize::new(0),
+                reply_retention_ms: AtomicU64::new(0),
             }),
             epoch: None,
         }
@@ -157,6 +160,17 @@ impl<T: Transport> Client<T> {
     /// or to inspect a fake).
     pub fn transport(&self) -> &T {
         &self.shared.transport
+    }
+
+    /// The reply retention the workers last stated: how long a worker keeps the reply of a
+    /// mutation it applied, so that a repeat of the call with the same request ID and bytes
+    /// sent within it is answered from its cache instead of being applied again. `None` until
+    /// a reply stated one.
+    pub fn reply_retention(&self) -> Option<Duration> {
+        match self.shared.reply_retention_ms.load(Ordering::Relaxed) {
+            0 => None,
+            ms => Some(Duration::from_millis(ms)),
+        }
     }
 
     /// Encodes `op` as a new logical call with a fresh random request ID.
@@ -358,9 +372,14 @@ impl<T: Transport> Client<T> {
     }
 
     fn interpret(&self, call: &PreparedCall, body: Bytes) -> Interpreted {
-        let classified = decode_reply(body)
-            .ok()
-            .and_then(|reply| classify_reply(reply, &call.request_id, call.op).ok());
+        let classified = decode_reply(body).ok().and_then(|reply| {
+            if reply.reply_retention_ms != 0 && reply.request_id == call.request_id.0 {
+                self.shared
+                    .reply_retention_ms
+                    .store(reply.reply_retention_ms, Ordering::Relaxed);
+            }
+            classify_reply(reply, &call.request_id, call.op).ok()
+        });
         match classified {
             // Whatever came back was not an answer to this request; the request itself may
             // well have been applied.
@@ -377,6 +396,7 @@ impl<T: Transport> Client<T> {
                 Interpreted::Retry(AttemptOutcome::NotLeader { hint })
             }
             Some(Classified::NoQuorum) => Interpreted::Retry(AttemptOutcome::NoQuorum),
+            Some(Classified::Busy) => Interpreted::Retry(AttemptOutcome::WorkerBusy),
             Some(Classified::Uncertain) => Interpreted::Retry(AttemptOutcome::WorkerUncertain),
         }
     }

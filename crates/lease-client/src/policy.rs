@@ -91,6 +91,8 @@ pub enum Failure {
     NotLeader,
     /// The group had no quorum and proposed nothing.
     NoQuorum,
+    /// The worker's reply cache was full and it applied nothing.
+    WorkerBusy,
     /// The worker proposed the request and lost quorum.
     WorkerUncertain,
     /// The credentials were refused (HTTP 401 or 403).
@@ -109,6 +111,7 @@ impl Failure {
             Failure::BadReply => "bad_reply",
             Failure::NotLeader => "not_leader",
             Failure::NoQuorum => "no_quorum",
+            Failure::WorkerBusy => "worker_busy",
             Failure::WorkerUncertain => "worker_uncertain",
             Failure::Unauthorized => "unauthorized",
         }
@@ -133,6 +136,8 @@ pub(crate) enum AttemptOutcome {
     },
     /// No quorum and nothing proposed.
     NoQuorum,
+    /// The worker's reply cache was full; nothing applied.
+    WorkerBusy,
     /// The worker proposed the request and lost quorum.
     WorkerUncertain,
     /// The credentials were refused; `credentials_changed` is true when the caller's
@@ -263,6 +268,11 @@ impl CallPolicy {
             }
             AttemptOutcome::NoQuorum => {
                 self.last_failure = Failure::NoQuorum;
+                self.back_off(now);
+            }
+            AttemptOutcome::WorkerBusy => {
+                // Room comes back as replies age out: wait, on the same endpoint.
+                self.last_failure = Failure::WorkerBusy;
                 self.back_off(now);
             }
             AttemptOutcome::WorkerUncertain => {

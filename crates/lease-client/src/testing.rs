@@ -259,6 +259,7 @@ impl FakeTransport {
                     leader_hint: hint.unwrap_or_default(),
                     ..Default::default()
                 })),
+                ..Default::default()
             })
         };
         match fault {
@@ -311,6 +312,7 @@ impl FakeTransport {
                 return encode_reply(&v1::Reply {
                     request_id: Vec::new(),
                     result: Some(ReplyResult::Error(err.to_wire())),
+                    ..Default::default()
                 });
             }
         };
@@ -318,6 +320,7 @@ impl FakeTransport {
             encode_reply(&v1::Reply {
                 request_id: request.request_id.0.to_vec(),
                 result: Some(result),
+                ..Default::default()
             })
         };
         let error = |kind: v1::ErrorKind, lease_remaining: Duration| {

@@ -643,6 +643,9 @@ pub enum Classified {
     },
     /// No quorum, and nothing was proposed: definite, but worth retrying within the budget.
     NoQuorum,
+    /// The worker's reply cache is full and it refused the mutation before applying it:
+    /// definite, and worth retrying later within the budget.
+    Busy,
     /// The worker proposed the request and lost quorum: it may still take effect.
     Uncertain,
 }
@@ -703,6 +706,7 @@ pub fn classify_reply(
             hint: Some(error.leader_hint).filter(|hint| !hint.is_empty()),
         },
         v1::ErrorKind::NoQuorum => Classified::NoQuorum,
+        v1::ErrorKind::Busy => Classified::Busy,
         v1::ErrorKind::Uncertain => Classified::Uncertain,
     })
 }
@@ -807,6 +811,7 @@ mod tests {
                 lease_remaining_ms: 1500,
                 ..Default::default()
             })),
+            ..Default::default()
         };
         let classify = |reply| classify_reply(reply, &id, "lookup").unwrap();
         assert_eq!(
@@ -827,6 +832,7 @@ mod tests {
             classify(error(v1::ErrorKind::NoQuorum, "")),
             Classified::NoQuorum
         );
+        assert_eq!(classify(error(v1::ErrorKind::Busy, "")), Classified::Busy);
         assert_eq!(
             classify(error(v1::ErrorKind::Uncertain, "")),
             Classified::Uncertain
@@ -845,6 +851,7 @@ mod tests {
         let entry = v1::Reply {
             request_id: id.0.to_vec(),
             result: Some(ReplyResult::Lookup(v1::Entry::default())),
+            ..Default::default()
         };
         assert!(matches!(
             classify(entry.clone()),
@@ -899,6 +906,7 @@ mod tests {
             encode_reply(&v1::Reply {
                 request_id: id.clone(),
                 result,
+                ..Default::default()
             })
         };
         let error = |kind: i32| {
@@ -921,6 +929,7 @@ mod tests {
             encode_reply(&v1::Reply {
                 request_id: vec![5; 15],
                 result: Some(ReplyResult::Flush(v1::Empty {})),
+                ..Default::default()
             }),
             Bytes::from_static(b"\xff\xff\xff"),
             Bytes::new(),

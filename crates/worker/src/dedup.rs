@@ -2,12 +2,14 @@
 //!
 //! Keyed by request ID, it keeps the reply of every successful mutation (lease commands
 //! included) together with a fingerprint of the request bytes. An entry is kept for the
-//! retention (twice a client's call budget: a retry comes at most one budget after the first
-//! attempt) and is dropped after it; only when more entries than the capacity arrive within
-//! one retention does the oldest go early, and that is logged, because a retry of it would be
-//! applied again. Reads are not cached: repeating a read is harmless, and a cached 1 MiB read
-//! per request ID would cost memory for nothing. Errors are not cached either: a definite
-//! error means nothing was applied, so applying the retry is correct.
+//! retention, which every reply states (`Reply.reply_retention_ms`): a client sends every
+//! repeat of a request within it, so the cache never drops an entry before it ends. When the
+//! cache holds as many young entries as its capacity, the worker refuses new mutations with
+//! `BUSY` before applying them, instead of dropping a reply a repeat may still need; the
+//! refusal is definite and the client retries. Reads are not cached: repeating a read is
+//! harmless, and a cached 1 MiB read per request ID would cost memory for nothing. Errors are
+//! not cached either: a definite error means nothing was applied, so applying the retry is
+//! correct.
 //!
 //! The cache never decides on its own: the apply loop checks the request's epoch against the
 //! current lease first and only then looks here, so a cached reply never reaches an epoch
@@ -47,7 +49,7 @@ pub(crate) struct DedupCache {
     entries: HashMap<[u8; 16], (Digest, Bytes)>,
     /// Request IDs in the order they were inserted, with the clock reading at insertion.
     order: VecDeque<([u8; 16], u64)>,
-    /// Whether an entry has gone before its retention ended (logged once).
+    /// Whether a mutation was refused for want of room (logged once).
     warned: bool,
 }
 
@@ -70,8 +72,32 @@ impl DedupCache {
         }
     }
 
-    /// Keeps `reply` for `request_id`, inserted at the clock reading `now_ms`, and drops what
-    /// has outlived the retention (and, over the capacity, the oldest).
+    /// The retention every reply states, in milliseconds.
+    pub(crate) fn retention_ms(&self) -> u64 {
+        self.retention_ms
+    }
+
+    /// Whether a new reply may be kept at the clock reading `now_ms`: entries past their
+    /// retention go first, and then there must be room below the capacity. A mutation that
+    /// misses the cache is applied only when there is.
+    pub(crate) fn has_room(&mut self, now_ms: u64) -> bool {
+        self.expire(now_ms);
+        let room = self.entries.len() < self.capacity;
+        if !room && !self.warned {
+            self.warned = true;
+            tracing::warn!(
+                capacity = self.capacity,
+                retention_ms = self.retention_ms,
+                "the reply cache is full of replies within their retention: new mutations are \
+                 refused BUSY until the oldest age out (raise the dedup capacity)"
+            );
+        }
+        room
+    }
+
+    /// Keeps `reply` for `request_id`, inserted at the clock reading `now_ms`. Call it only
+    /// after [`DedupCache::has_room`] said yes; an entry is never dropped before its retention
+    /// ends, so the capacity is a bound only through that check.
     pub(crate) fn insert(
         &mut self,
         request_id: [u8; 16],
@@ -82,19 +108,14 @@ impl DedupCache {
         if self.entries.insert(request_id, (digest, reply)).is_none() {
             self.order.push_back((request_id, now_ms));
         }
+        self.expire(now_ms);
+    }
+
+    /// Drops the entries that have outlived the retention.
+    fn expire(&mut self, now_ms: u64) {
         while let Some(&(old, at)) = self.order.front() {
-            let expired = now_ms.saturating_sub(at) > self.retention_ms;
-            if !expired && self.order.len() <= self.capacity {
+            if now_ms.saturating_sub(at) <= self.retention_ms {
                 break;
-            }
-            if !expired && !self.warned {
-                self.warned = true;
-                tracing::warn!(
-                    capacity = self.capacity,
-                    retention_ms = self.retention_ms,
-                    "the reply cache is full: replies go before their retention ends, so a late \
-                     retry of one would be applied again (raise the dedup capacity)"
-                );
             }
             self.order.pop_front();
             self.entries.remove(&old);
@@ -112,18 +133,32 @@ mod tests {
     use super::*;
 
     #[test]
-    fn bounded_and_conflict_aware() {
+    fn full_means_no_room_and_never_an_early_drop() {
         let mut cache = DedupCache::new(2, 1000);
+        assert!(cache.has_room(0));
         cache.insert([1; 16], [1; 16], Bytes::from_static(b"one"), 0);
-        cache.insert([2; 16], [2; 16], Bytes::from_static(b"two"), 0);
+        assert!(cache.has_room(10));
+        cache.insert([2; 16], [2; 16], Bytes::from_static(b"two"), 10);
         assert_eq!(
             cache.lookup(&[1; 16], &[1; 16]),
             Cached::Hit(Bytes::from_static(b"one"))
         );
         assert_eq!(cache.lookup(&[1; 16], &[9; 16]), Cached::Conflict);
-        cache.insert([3; 16], [3; 16], Bytes::from_static(b"three"), 0);
-        assert_eq!(cache.lookup(&[1; 16], &[1; 16]), Cached::Miss);
+        // Full of young replies: no room, and both are still answered.
+        assert!(!cache.has_room(1000));
         assert_eq!(cache.len(), 2);
+        assert_eq!(
+            cache.lookup(&[1; 16], &[1; 16]),
+            Cached::Hit(Bytes::from_static(b"one"))
+        );
+        // Once the first is past its retention there is room again, and it is gone.
+        assert!(cache.has_room(1001));
+        assert_eq!(cache.lookup(&[1; 16], &[1; 16]), Cached::Miss);
+        assert_eq!(
+            cache.lookup(&[2; 16], &[2; 16]),
+            Cached::Hit(Bytes::from_static(b"two"))
+        );
+        assert_eq!(cache.len(), 1);
     }
 
     #[test]
@@ -132,6 +167,7 @@ mod tests {
         // 50,000 mutations within one retention: every one is still answered from the cache.
         for i in 0..50_000u32 {
             let id = u128::from(i).to_le_bytes();
+            assert!(cache.has_room(u64::from(i / 100)));
             cache.insert(id, [0; 16], Bytes::from_static(b"ok"), u64::from(i / 100));
         }
         assert_eq!(cache.len(), 50_000);

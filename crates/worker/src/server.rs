@@ -242,14 +242,23 @@ pub async fn run(
     Ok(())
 }
 
+fn ms(d: std::time::Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
+}
+
+/// The reply retention every reply states: a retry reaches the worker at most one call budget
+/// after the first attempt, and a successor owner repeats a crashed owner's calls within the
+/// retention it was told (see the node's HANDOFF.md).
+fn retention_ms(config: &Config) -> u64 {
+    ms(config.timings.call_budget).saturating_mul(2)
+}
+
 fn options(config: &Config) -> VolumeOptions {
-    let ms = |d: std::time::Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1);
     VolumeOptions {
         lease_ms: ms(config.timings.lease),
         handle_lease_ms: ms(config.timings.handle_lease),
         dedup_capacity: config.dedup_capacity,
-        // A retry reaches the worker at most one call budget after the first attempt.
-        dedup_retention_ms: ms(config.timings.call_budget).saturating_mul(2),
+        dedup_retention_ms: retention_ms(config),
         compact_after: config.compact_after.max(1),
         reopen: config.reopen,
     }
@@ -565,6 +574,7 @@ async fn call(
             return Ok(protobuf(reply_bytes(
                 &request_id,
                 v1::reply::Result::Error(error.to_wire()),
+                retention_ms(&shared.config),
             )));
         }
     };
@@ -573,6 +583,7 @@ async fn call(
         Ok(protobuf(reply_bytes(
             &request_id,
             error_result(kind, message),
+            retention_ms(&shared.config),
         )))
     };
     if shared.faults.hang() {
@@ -593,6 +604,7 @@ async fn call(
                 leader_hint: leader.clone(),
                 ..Default::default()
             }),
+            retention_ms(&shared.config),
         )));
     }
     if shared.faults.minority() {

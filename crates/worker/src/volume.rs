@@ -79,6 +79,14 @@ fn refused(error: v1::Error) -> Answer {
     }
 }
 
+/// The refusal of a mutation the reply cache has no room to remember.
+fn busy() -> Answer {
+    fresh_error(
+        v1::ErrorKind::Busy,
+        "the reply cache is full of replies within their retention; retry later",
+    )
+}
+
 fn fresh_error(kind: v1::ErrorKind, message: impl Into<String>) -> Answer {
     Answer::Fresh {
         result: refusal(kind, message),
@@ -86,11 +94,12 @@ fn fresh_error(kind: v1::ErrorKind, message: impl Into<String>) -> Answer {
     }
 }
 
-/// The reply for a request that could not be decided by a volume.
-pub(crate) fn reply_bytes(request_id: &[u8], result: Done) -> Bytes {
+/// The encoded reply carrying `result`, stating the worker's reply retention.
+pub(crate) fn reply_bytes(request_id: &[u8], result: Done, retention_ms: u64) -> Bytes {
     encode_reply(&v1::Reply {
         request_id: request_id.to_vec(),
         result: Some(result),
+        reply_retention_ms: retention_ms,
     })
 }
 
@@ -185,7 +194,7 @@ impl Volume {
         match answer {
             Answer::Cached(bytes) => bytes,
             Answer::Fresh { result, cache } => {
-                let bytes = reply_bytes(&request_id, result);
+                let bytes = reply_bytes(&request_id, result, self.dedup.retention_ms());
                 if cache {
                     self.dedup.insert(request_id, digest, bytes.clone(), now_ms);
                 }
@@ -265,6 +274,7 @@ impl Volume {
                         "the request ID was used for a different request",
                     );
                 }
+                Cached::Miss if !self.dedup.has_room(now_ms) => return busy(),
                 Cached::Miss => {}
             }
         }
@@ -368,6 +378,7 @@ impl Volume {
                     }
                 };
             }
+            Cached::Miss if !self.dedup.has_room(now_ms) => return busy(),
             Cached::Miss => {}
         }
         let applied = self.lease.apply(command, now_ms, self.options.lease_ms);
@@ -472,6 +483,7 @@ fn apply_loop(
                     None => reply_bytes(
                         &request.request_id.0,
                         refusal(v1::ErrorKind::NoQuorum, "the volume failed to reload"),
+                        options.dedup_retention_ms,
                     ),
                 };
                 let _ = reply.send(bytes);
@@ -495,7 +507,7 @@ fn apply_loop(
                 // Senders still waiting for room now fail; what is already queued is refused.
                 rx.close();
                 while let Some(queued) = rx.blocking_recv() {
-                    refuse_deleted(queued, &spec.volume_id);
+                    refuse_deleted(queued, &spec.volume_id, options.dedup_retention_ms);
                 }
                 let _ = done.send(());
                 return;
@@ -505,12 +517,13 @@ fn apply_loop(
 }
 
 /// Answers a command that reached a deleted volume's loop after its [`Command::Stop`].
-fn refuse_deleted(command: Command, volume_id: &str) {
+fn refuse_deleted(command: Command, volume_id: &str, retention_ms: u64) {
     match command {
         Command::Call { request, reply, .. } => {
             let _ = reply.send(reply_bytes(
                 &request.request_id.0,
                 refusal(v1::ErrorKind::UnknownVolume, "the volume was deleted"),
+                retention_ms,
             ));
         }
         Command::Tick => {}

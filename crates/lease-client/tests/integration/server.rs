@@ -232,10 +232,12 @@ async fn handle(
                     ..Default::default()
                 }),
             })),
+            ..Default::default()
         },
         Err(err) => v1::Reply {
             request_id: Vec::new(),
             result: Some(v1::reply::Result::Error(err.to_wire())),
+            ..Default::default()
         },
     };
     state.answered.fetch_add(1, Ordering::SeqCst);

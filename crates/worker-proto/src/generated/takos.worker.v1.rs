@@ -96,6 +96,12 @@ pub struct Reply {
     /// The request ID of the request this answers, echoed unchanged.
     #[prost(bytes = "vec", tag = "1")]
     pub request_id: ::prost::alloc::vec::Vec<u8>,
+    /// The worker's reply retention in milliseconds: the reply of a mutation it applied stays in
+    /// its reply cache for at least this long after it was first sent, and a repeat of the
+    /// request (the same ID and bytes) within that time is answered from the cache, never
+    /// applied again. Past it a repeat may be applied again. Zero means not stated.
+    #[prost(uint64, tag = "3")]
+    pub reply_retention_ms: u64,
     #[prost(
         oneof = "reply::Result",
         tags = "2, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 40, 41, 42"
@@ -736,6 +742,10 @@ pub enum ErrorKind {
     InvalidRequest = 9,
     /// The request or the reply it would need is over a limit (file data over 1 MiB).
     TooLarge = 10,
+    /// The worker's reply cache is full of replies still within their retention, so it refused
+    /// this mutation before applying it (applying it uncached would break the retention
+    /// promise). Definite; retry later with the same request ID.
+    Busy = 11,
 }
 impl ErrorKind {
     /// String value of the enum field names used in the ProtoBuf definition.
@@ -755,6 +765,7 @@ impl ErrorKind {
             Self::LeaseHeld => "LEASE_HELD",
             Self::InvalidRequest => "INVALID_REQUEST",
             Self::TooLarge => "TOO_LARGE",
+            Self::Busy => "BUSY",
         }
     }
     /// Creates an enum from field names used in the ProtoBuf definition.
@@ -771,6 +782,7 @@ impl ErrorKind {
             "LEASE_HELD" => Some(Self::LeaseHeld),
             "INVALID_REQUEST" => Some(Self::InvalidRequest),
             "TOO_LARGE" => Some(Self::TooLarge),
+            "BUSY" => Some(Self::Busy),
             _ => None,
         }
     }

@@ -415,3 +415,64 @@ async fn the_mount_lease_fences_other_epochs() {
     assert!(reclaim.refusal().is_some(), "{reclaim:?}");
     server.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_reply_cache_refuses_mutations_busy_and_forgets_no_reply() {
+    let pki = pki("busy");
+    let dir = tempfile::tempdir().unwrap();
+    let spec = rwx("vol");
+    let clock = Arc::new(worker::ManualClock::new(1_000_000));
+    let mut config = config(&pki, dir.path(), std::slice::from_ref(&spec));
+    config.dedup_capacity = 2;
+    let retention_ms = 2 * u64::try_from(config.timings.call_budget.as_millis()).unwrap();
+    let server = worker::Server::start(config, worker::Tokens::new([TOKEN]), clock.clone())
+        .await
+        .unwrap();
+    let endpoint = server.endpoint();
+    let send = |id: u8, op| raw(&pki, &endpoint, request(&spec, [id; 16], None, op));
+
+    // Two mutations fill the cache; every reply states the retention.
+    let first = send(1, mkdir(root(), "a")).await.unwrap();
+    assert_eq!(error_kind(&first), None, "{first:?}");
+    assert_eq!(first.reply_retention_ms, retention_ms);
+    let second = send(2, mkdir(root(), "b")).await.unwrap();
+    assert_eq!(error_kind(&second), None, "{second:?}");
+
+    // A third mutation is refused before it is applied; reads are still served.
+    let third = send(3, mkdir(root(), "c")).await.unwrap();
+    assert_eq!(error_kind(&third), Some(ErrorKind::Busy), "{third:?}");
+    assert_eq!(third.reply_retention_ms, retention_ms);
+    let missing = send(4, lookup(root(), "c")).await.unwrap();
+    assert_eq!(error_kind(&missing), Some(ErrorKind::Errno), "{missing:?}");
+    assert_eq!(error_kind(&send(5, getattr(root())).await.unwrap()), None);
+
+    // A repeat of a cached mutation is answered from the cache, not applied again (EEXIST).
+    let repeat = send(1, mkdir(root(), "a")).await.unwrap();
+    assert_eq!(repeat.result, first.result);
+
+    // Through the client: retried while busy, then a definite failure naming why.
+    let client = client(&pki, &spec, std::slice::from_ref(&endpoint), budgets());
+    let error = client.call(mkdir(root(), "d")).await.unwrap_err();
+    assert!(
+        matches!(
+            error,
+            Error::Unavailable {
+                last: lease_client::Failure::WorkerBusy,
+                ..
+            }
+        ),
+        "{error:?}"
+    );
+    assert!(error.is_definite());
+    assert_eq!(
+        client.reply_retention(),
+        Some(Duration::from_millis(retention_ms))
+    );
+
+    // Once the first two are past their retention there is room again.
+    clock.step(i64::try_from(retention_ms).unwrap() + 1);
+    let third = send(3, mkdir(root(), "c")).await.unwrap();
+    assert_eq!(error_kind(&third), None, "{third:?}");
+    client.call(mkdir(root(), "d")).await.unwrap();
+    server.stop().await;
+}
