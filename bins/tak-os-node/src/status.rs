@@ -66,6 +66,7 @@ pub fn code(error: &Error) -> Code {
             }
             fusefs::MountError::Mount { .. }
             | fusefs::MountError::Session { .. }
+            | fusefs::MountError::Nonce(_)
             | fusefs::MountError::Io { .. } => Code::Unavailable,
         },
         Error::Mounter { source, .. } => match source {

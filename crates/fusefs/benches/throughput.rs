@@ -47,7 +47,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use fusefs::testing::WorkerVolume;
 use fusefs::{FileService, Fs, FsConfig, Mounted};
-use lease_client::protocol::{ROOT_INO, ROOT_INODE_GENERATION};
+use lease_client::protocol::{ROOT_INO, ROOT_INODE_GENERATION, RequestId};
 use lease_client::v1;
 use lease_client::v1::reply::Result as ReplyResult;
 use lease_client::v1::request::Op;
@@ -132,10 +132,11 @@ struct Timed<S> {
 impl<S: FileService> FileService for Timed<S> {
     fn call(
         &self,
+        request_id: Option<RequestId>,
         op: Op,
     ) -> impl Future<Output = Result<ReplyResult, lease_client::Error>> + Send {
         let name = op.name();
-        let call = self.inner.call(op);
+        let call = self.inner.call(request_id, op);
         async move {
             let began = Instant::now();
             let result = call.await;
@@ -423,7 +424,7 @@ impl Replicated {
             call_data_bytes,
             ..FsConfig::default()
         };
-        let fs = Arc::new(Fs::new(client, config));
+        let fs = Arc::new(Fs::new(client, config).unwrap());
         let mount_point = state.path().join("mnt");
         fs::create_dir(&mount_point).unwrap();
         let mounted = fusefs::mount(fs, VOLUME, &mount_point).await.unwrap();
@@ -539,6 +540,7 @@ impl InstantWorker {
 impl FileService for InstantWorker {
     fn call(
         &self,
+        _request_id: Option<RequestId>,
         op: Op,
     ) -> impl Future<Output = Result<ReplyResult, lease_client::Error>> + Send {
         let refused = |errno| lease_client::Error::Refused {
@@ -612,7 +614,7 @@ impl InstantMount {
             call_data_bytes,
             ..FsConfig::default()
         };
-        let fs = Arc::new(Fs::new(InstantWorker::default(), config));
+        let fs = Arc::new(Fs::new(InstantWorker::default(), config).unwrap());
         let mount_point = work.join("instant");
         fs::create_dir(&mount_point).unwrap();
         let mounted = fusefs::mount(Arc::clone(&fs), VOLUME, &mount_point)

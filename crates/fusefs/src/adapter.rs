@@ -5,7 +5,7 @@
 
 use std::ffi::OsStr;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use fuse_session::{Handler, Reply, RequestContext};
 use fuse_wire::{
@@ -16,7 +16,7 @@ use fuse_wire::{
 use crate::error::{self, Error};
 use crate::fs::{Caller, Fs, WriteFlags};
 use crate::reply::{
-    Attributes, DirEntry, Entry, FileKind, Opened, SetAttrs, Stat, StatFs, Timestamp,
+    Attributes, DirEntry, Entry, FileKind, Opened, SetAttrs, SetTime, Stat, StatFs, Timestamp,
 };
 use crate::service::FileService;
 
@@ -90,7 +90,7 @@ impl<S: FileService> FuseAdapter<S> {
             }
             Operation::Setattr(arg) => {
                 let fh = arg.valid.contains(SetattrValid::FH).then_some(arg.fh);
-                let set = set_attrs(&arg, SystemTime::now());
+                let set = set_attrs(&arg);
                 attr(unique, "setattr", fs.setattr(caller, node, fh, set).await)
             }
             Operation::Readlink => match fs.readlink(caller, node).await {
@@ -391,19 +391,19 @@ fn statfs_out(statfs: StatFs) -> StatfsOut {
 }
 
 /// The changes a SETATTR asks for. Its ctime and lock owner are dropped: the core applies
-/// neither. `UTIME_NOW` (`FATTR_ATIME_NOW`, `FATTR_MTIME_NOW`) becomes `now`, this host's
-/// clock, as the kernel leaves it to the filesystem.
-fn set_attrs(arg: &SetattrIn, now: SystemTime) -> SetAttrs {
+/// neither. `UTIME_NOW` (`FATTR_ATIME_NOW`, `FATTR_MTIME_NOW`) becomes [`SetTime::Now`], the
+/// worker's clock, as the kernel leaves the time to the filesystem.
+fn set_attrs(arg: &SetattrIn) -> SetAttrs {
     let valid = arg.valid;
     let has = |flag| valid.contains(flag);
     let time = |now_flag, set_flag, sec: u64, nsec| {
         if has(now_flag) {
-            Some(timestamp_of(now))
+            Some(SetTime::Now)
         } else if has(set_flag) {
-            Some(Timestamp {
+            Some(SetTime::At(Timestamp {
                 sec: sec.cast_signed(),
                 nsec,
-            })
+            }))
         } else {
             None
         }
@@ -425,30 +425,6 @@ fn set_attrs(arg: &SetattrIn, now: SystemTime) -> SetAttrs {
             arg.mtime,
             arg.mtimensec,
         ),
-    }
-}
-
-fn timestamp_of(t: SystemTime) -> Timestamp {
-    match t.duration_since(SystemTime::UNIX_EPOCH) {
-        Ok(after) => Timestamp {
-            sec: i64::try_from(after.as_secs()).unwrap_or(i64::MAX),
-            nsec: after.subsec_nanos(),
-        },
-        // A clock before 1970: whole seconds back, nanoseconds forward.
-        Err(before) => {
-            let before = before.duration();
-            let secs = i64::try_from(before.as_secs()).unwrap_or(i64::MAX);
-            match before.subsec_nanos() {
-                0 => Timestamp {
-                    sec: -secs,
-                    nsec: 0,
-                },
-                nanos => Timestamp {
-                    sec: -secs - 1,
-                    nsec: 1_000_000_000 - nanos,
-                },
-            }
-        }
     }
 }
 
@@ -620,14 +596,14 @@ mod tests {
             ..SetattrIn::default()
         };
         assert_eq!(
-            set_attrs(&arg, SystemTime::UNIX_EPOCH),
+            set_attrs(&arg),
             SetAttrs {
                 mode: Some(libc::S_IFREG | 0o6755),
                 uid: Some(1),
                 gid: Some(2),
                 size: Some(3),
-                atime: Some(Timestamp { sec: -1, nsec: 5 }),
-                mtime: Some(Timestamp { sec: 6, nsec: 7 }),
+                atime: Some(SetTime::At(Timestamp { sec: -1, nsec: 5 })),
+                mtime: Some(SetTime::At(Timestamp { sec: 6, nsec: 7 })),
             }
         );
         // Fields without their bit are not applied, whatever they hold.
@@ -635,15 +611,11 @@ mod tests {
             valid: SetattrValid::FH,
             ..arg
         };
-        assert_eq!(
-            set_attrs(&none, SystemTime::UNIX_EPOCH),
-            SetAttrs::default()
-        );
+        assert_eq!(set_attrs(&none), SetAttrs::default());
     }
 
     #[test]
-    fn utime_now_is_the_time_given() {
-        let now = SystemTime::UNIX_EPOCH + Duration::new(1_800_000_000, 42);
+    fn utime_now_is_the_workers_now_whatever_the_times_given() {
         let arg = SetattrIn {
             valid: SetattrValid::ATIME_NOW
                 | SetattrValid::MTIME_NOW
@@ -653,23 +625,10 @@ mod tests {
             mtime: 2,
             ..SetattrIn::default()
         };
-        let set = set_attrs(&arg, now);
-        let expected = Some(Timestamp {
-            sec: 1_800_000_000,
-            nsec: 42,
-        });
-        assert_eq!((set.atime, set.mtime), (expected, expected));
-        let before = SystemTime::UNIX_EPOCH - Duration::new(2, 250_000_000);
+        let set = set_attrs(&arg);
         assert_eq!(
-            timestamp_of(before),
-            Timestamp {
-                sec: -3,
-                nsec: 750_000_000
-            }
-        );
-        assert_eq!(
-            timestamp_of(SystemTime::UNIX_EPOCH - Duration::from_secs(4)),
-            Timestamp { sec: -4, nsec: 0 }
+            (set.atime, set.mtime),
+            (Some(SetTime::Now), Some(SetTime::Now))
         );
     }
 }

@@ -51,7 +51,8 @@
 //!
 //! # async fn example<T: lease_client::Transport>(client: lease_client::Client<T>) -> Result<(), Box<dyn std::error::Error>> {
 //! // `client` was built for the volume (and, for RWO, carries the epoch of a claimed lease).
-//! let fs = Arc::new(Fs::new(client, FsConfig::default()));
+//! // A new connection draws its nonce, from which every call's request ID is derived.
+//! let fs = Arc::new(Fs::new(client, FsConfig::default())?);
 //! // Mounting also starts the renewal of the handles the mount opens.
 //! let mut mounted = fusefs::mount(fs, "v1.volume", std::path::Path::new("/staging/path")).await?;
 //! // What the kernel holds, as data: nodes with their inode generations, open handles.
@@ -81,8 +82,8 @@ pub use adapter::FuseAdapter;
 pub use errno::{Errno, MAX_ERRNO, errno_of};
 pub use error::{Error, ErrorClass};
 pub use fs::{
-    Caller, FUSE_WRITE_KILL_SUIDGID, Fs, FsConfig, HandleState, MountState, PARALLEL_CALLS,
-    PlusListing, ROOT_NODE, TTL, WriteFlags,
+    Caller, ConnectionNonce, FUSE_WRITE_KILL_SUIDGID, Fs, FsConfig, HandleState, MountState,
+    PARALLEL_CALLS, PlusListing, ROOT_NODE, Recorded, TTL, TableChange, WriteAhead, WriteFlags,
 };
 pub use mount::{
     AdoptFailed, FS_TYPE, FUSECTL, HandOver, MountError, Mounted, PauseFailed, SUBTYPE,
@@ -90,7 +91,7 @@ pub use mount::{
 };
 pub use nodes::NodeState;
 pub use reply::{
-    Attributes, Created, DirEntry, DirEntryPlus, Entry, FileKind, Opened, SetAttrs, Stat, StatFs,
-    Timestamp,
+    Attributes, Created, DirEntry, DirEntryPlus, Entry, FileKind, Opened, SetAttrs, SetTime, Stat,
+    StatFs, Timestamp,
 };
 pub use service::FileService;

@@ -67,6 +67,10 @@ pub enum MountError {
         #[source]
         source: fuse_session::Error,
     },
+    /// The operating system gave no random bytes for a new connection's nonce
+    /// ([`crate::Fs::new`]).
+    #[error("drawing the connection nonce failed")]
+    Nonce(#[from] lease_client::protocol::RandomUnavailable),
     /// A system call failed.
     #[error("{op} {path:?} failed")]
     Io {

@@ -70,11 +70,12 @@ impl Nodes {
         })
     }
 
-    /// Records one more kernel lookup of `file` (a reply that hands the kernel an entry).
+    /// Records one more kernel lookup of `file` (a reply that hands the kernel an entry);
+    /// `true` when the kernel did not hold the node with this generation before.
     ///
     /// A new inode generation for a known number means the worker reused the number: the
     /// kernel will see the new generation and treat it as another file, so the count restarts.
-    pub(crate) fn looked_up(&mut self, file: FileId) {
+    pub(crate) fn looked_up(&mut self, file: FileId) -> bool {
         let node = self.nodes.entry(file.ino).or_insert(Node {
             inode_generation: file.inode_generation,
             lookups: 0,
@@ -85,20 +86,31 @@ impl Nodes {
                 lookups: 0,
             };
         }
+        let new = node.lookups == 0;
         node.lookups = node.lookups.saturating_add(1);
+        new
     }
 
-    /// The kernel drops `count` lookups of `node`; the entry goes when none are left.
-    pub(crate) fn forget(&mut self, node: u64, count: u64) {
+    /// Whether the kernel holds `file`'s node with its generation.
+    pub(crate) fn holds(&self, file: FileId) -> bool {
+        self.file(file.ino) == Some(file)
+    }
+
+    /// The kernel drops `count` lookups of `node`; the entry goes when none are left, and
+    /// then the answer is `true`.
+    pub(crate) fn forget(&mut self, node: u64, count: u64) -> bool {
         if node == ROOT_INO {
-            return;
+            return false;
         }
-        if let Some(n) = self.nodes.get_mut(&node) {
-            n.lookups = n.lookups.saturating_sub(count);
-            if n.lookups == 0 {
-                self.nodes.remove(&node);
-            }
+        let Some(n) = self.nodes.get_mut(&node) else {
+            return false;
+        };
+        n.lookups = n.lookups.saturating_sub(count);
+        if n.lookups == 0 {
+            self.nodes.remove(&node);
+            return true;
         }
+        false
     }
 
     /// Every known node as data, in node ID order.
@@ -133,14 +145,15 @@ mod tests {
             ino: 42,
             inode_generation: 7,
         };
-        nodes.looked_up(file);
-        nodes.looked_up(file);
+        assert!(nodes.looked_up(file), "new to the kernel");
+        assert!(!nodes.looked_up(file), "held already");
         assert_eq!(nodes.file(42), Some(file));
-        nodes.forget(42, 1);
+        assert!(!nodes.forget(42, 1));
         assert_eq!(nodes.file(42), Some(file));
-        nodes.forget(42, 1);
+        assert!(nodes.forget(42, 1), "the last lookup went");
         assert_eq!(nodes.file(42), None);
-        nodes.forget(ROOT_INO, 100);
+        assert!(!nodes.forget(42, 1), "not held");
+        assert!(!nodes.forget(ROOT_INO, 100));
         assert_eq!(
             nodes.file(ROOT_INO),
             Some(FileId {
@@ -184,10 +197,13 @@ mod tests {
             ino: 9,
             inode_generation: 1,
         });
-        nodes.looked_up(FileId {
+        let reused = FileId {
             ino: 9,
             inode_generation: 2,
-        });
+        };
+        assert!(!nodes.holds(reused));
+        assert!(nodes.looked_up(reused), "a new generation is a new node");
+        assert!(nodes.holds(reused));
         assert_eq!(nodes.file(9).map(|f| f.inode_generation), Some(2));
         nodes.forget(9, 1);
         assert_eq!(nodes.file(9), None, "the new generation had one lookup");

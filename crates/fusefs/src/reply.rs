@@ -168,7 +168,18 @@ pub struct SetAttrs {
     /// New size (truncate or extend).
     pub size: Option<u64>,
     /// New access time.
-    pub atime: Option<Timestamp>,
+    pub atime: Option<SetTime>,
     /// New modification time.
-    pub mtime: Option<Timestamp>,
+    pub mtime: Option<SetTime>,
+}
+
+/// A time a SETATTR sets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum SetTime {
+    /// This instant.
+    At(Timestamp),
+    /// The worker's clock when it applies the change (`UTIME_NOW`). Never a time read on this
+    /// host: a call's bytes must not depend on when it is sent, so that the successor of a
+    /// crashed owner repeats the very same call.
+    Now,
 }

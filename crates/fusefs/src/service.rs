@@ -2,6 +2,7 @@
 
 use std::future::Future;
 
+use lease_client::protocol::RequestId;
 use lease_client::v1::reply::Result as ReplyResult;
 use lease_client::v1::request::Op;
 use lease_client::{Client, Transport};
@@ -12,17 +13,28 @@ use lease_client::{Client, Transport};
 /// the mount epoch, and applies the call budget, retries and admission). Tests pass an
 /// in-process worker or a fake.
 pub trait FileService: Send + Sync + 'static {
-    /// Performs `op` as one logical call. A successful result is never
-    /// [`ReplyResult::Error`]: refusals come back as [`lease_client::Error::Refused`].
-    fn call(&self, op: Op)
-    -> impl Future<Output = Result<ReplyResult, lease_client::Error>> + Send;
+    /// Performs `op` as one logical call under `request_id`: the ID derived from the kernel
+    /// request the call is made for ([`crate::ConnectionNonce::request_id`]), or `None` for
+    /// a call made for no kernel request (handle renewal), which gets a fresh random ID. A
+    /// successful result is never [`ReplyResult::Error`]: refusals come back as
+    /// [`lease_client::Error::Refused`].
+    fn call(
+        &self,
+        request_id: Option<RequestId>,
+        op: Op,
+    ) -> impl Future<Output = Result<ReplyResult, lease_client::Error>> + Send;
 }
 
 impl<T: Transport> FileService for Client<T> {
-    fn call(
+    async fn call(
         &self,
+        request_id: Option<RequestId>,
         op: Op,
-    ) -> impl Future<Output = Result<ReplyResult, lease_client::Error>> + Send {
-        Client::call(self, op)
+    ) -> Result<ReplyResult, lease_client::Error> {
+        let call = match request_id {
+            Some(id) => self.prepare_with_id(id, op)?,
+            None => self.prepare(op)?,
+        };
+        self.send(&call).await
     }
 }

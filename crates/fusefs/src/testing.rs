@@ -143,7 +143,7 @@ impl WorkerVolume {
         budgets: Budgets,
         config: FsConfig,
     ) -> Result<Mounted<Client<HttpsTransport>>, MountError> {
-        let fs = Arc::new(Fs::new(self.client(budgets), config));
+        let fs = Arc::new(Fs::new(self.client(budgets), config)?);
         crate::mount(fs, &self.spec.volume_id, path).await
     }
 

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use fdpass::{AsyncChannel, Channel};
 
-use super::protocol::{self, Answer, Deposit, ProtocolError, Request};
+use super::protocol::{self, Answer, Change, Deposit, ProtocolError, Request};
 
 /// Why a keeper request failed.
 #[derive(Debug, thiserror::Error)]
@@ -99,6 +99,16 @@ impl KeeperLink {
             stage: stage.clone(),
         };
         self.expect_ok("deposit", &request, &fds).await
+    }
+
+    /// Applies `changes` to the keeper's tables of the stage at `staging`, which this
+    /// connection deposited; returns once the keeper has.
+    pub async fn journal(&self, staging: &Path, changes: Vec<Change>) -> Result<(), KeeperError> {
+        let request = Request::Journal {
+            staging: staging.to_owned(),
+            changes,
+        };
+        self.expect_ok("journal", &request, &[]).await
     }
 
     /// Lets the keeper drop its copies of the stage at `staging`.

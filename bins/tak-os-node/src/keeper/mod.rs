@@ -9,6 +9,10 @@
 //! stage back and serves it without a new INIT, with the same RWO lease epoch. Applications see
 //! a pause, not an error.
 //!
+//! While an owner serves a stage, it writes every node and open handle it hands the kernel
+//! ahead to the keeper ([`protocol::Request::Journal`], [`tables`]) before the reply that
+//! hands it over, so the keeper's tables always hold what the kernel may name.
+//!
 //! An owner that goes without handing over (SIGKILL, OOM) leaves its requests unanswered: the
 //! keeper then drops that owner's copies, which ends those connections (callers get
 //! `ENOTCONN`, and NodeUnpublishVolume and NodeUnstageVolume clean up) rather than leaving
@@ -20,6 +24,7 @@
 pub mod client;
 pub mod protocol;
 pub mod server;
+pub mod tables;
 
 pub use client::{Fetched, KeeperError, KeeperLink};
 pub use server::run_keeper;

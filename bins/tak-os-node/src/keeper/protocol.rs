@@ -5,16 +5,23 @@
 //! and each gets one answer, except [`Request::Fetch`], which is answered by one
 //! [`Answer::Stage`] per deposit and a final [`Answer::Done`].
 //!
-//! A deposit carries one stage: its `/dev/fuse` descriptor, and when the owner is handing the
-//! stage over, a sealed memfd holding the stage's node and handle tables ([`StageState`],
-//! in a binary form of its own: a table of a large directory tree does not fit in a frame).
+//! A deposit carries one stage: its `/dev/fuse` descriptor and a sealed memfd holding the
+//! stage's node and handle tables ([`StageState`], in a binary form of its own: a table of a
+//! large directory tree does not fit in a frame). While the owner serves the stage it writes
+//! every change to those tables ahead ([`Request::Journal`]), so that the keeper's tables hold
+//! every node and handle the kernel was given.
+//!
+//! Compatibility within version 1: `Deposit::tables` and `Request::Journal` came later. A
+//! deposit without `tables` (an older owner) carries no memfd unless handed over; a keeper
+//! that does not know `journal` refuses it, and the owner then serves on without writing
+//! ahead, as it would without a keeper.
 
 use std::collections::BTreeMap;
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::PathBuf;
 
-use fusefs::{HandleState, MountState, NodeState};
+use fusefs::{ConnectionNonce, HandleState, MountState, NodeState};
 use lease_client::protocol::FileId;
 use serde::{Deserialize, Serialize};
 
@@ -35,6 +42,15 @@ pub enum Request {
     Deposit {
         /// The stage.
         stage: Deposit,
+    },
+    /// Apply `changes` to the tables of the stage at `staging`, in order. Only the owner
+    /// connection that deposited the stage (and serves it) may; the keeper answers once the
+    /// changes are applied, and the reply to the kernel that needs them waits for that.
+    Journal {
+        /// The staging path.
+        staging: PathBuf,
+        /// The changes.
+        changes: Vec<Change>,
     },
     /// Drop the copies of the stage at `staging` (it was unstaged). Unknown paths are fine.
     Withdraw {
@@ -83,9 +99,74 @@ pub struct Deposit {
     pub record: String,
     /// The volume context the stage was made with, as NodeStageVolume gave it.
     pub context: BTreeMap<String, String>,
-    /// Set when the owner handed the stage over (it has stopped serving it, and a second
-    /// descriptor holds its tables); clear while an owner serves it.
+    /// Set when the owner handed the stage over (it has stopped serving it); clear while an
+    /// owner serves it.
     pub handed_over: bool,
+    /// Set when a second descriptor, a sealed memfd, holds the stage's tables; always set
+    /// when handed over. An owner that serves the stage keeps them current with
+    /// [`Request::Journal`].
+    #[serde(default)]
+    pub tables: bool,
+}
+
+/// One change to a stage's tables ([`fusefs::TableChange`] on the wire).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "change", rename_all = "snake_case")]
+pub enum Change {
+    /// The kernel was handed this node.
+    Node {
+        /// The node ID.
+        node: u64,
+        /// Its inode generation.
+        generation: u64,
+    },
+    /// The kernel forgot the node.
+    Forgotten {
+        /// The node ID.
+        node: u64,
+    },
+    /// Kernel request `unique` opened `handle` on the file (`ino`, `generation`).
+    Opened {
+        /// The FUSE file handle.
+        handle: u64,
+        /// The file's inode.
+        ino: u64,
+        /// The file's inode generation.
+        generation: u64,
+        /// The open flags.
+        flags: u32,
+        /// The kernel request that opened it.
+        unique: u64,
+    },
+    /// The kernel released the handle.
+    Released {
+        /// The FUSE file handle.
+        handle: u64,
+    },
+}
+
+impl From<fusefs::TableChange> for Change {
+    fn from(change: fusefs::TableChange) -> Change {
+        use fusefs::TableChange as T;
+        match change {
+            T::Node {
+                node,
+                inode_generation,
+            } => Change::Node {
+                node,
+                generation: inode_generation,
+            },
+            T::Forgotten { node } => Change::Forgotten { node },
+            T::Opened { handle, unique } => Change::Opened {
+                handle: handle.handle,
+                ino: handle.file.ino,
+                generation: handle.file.inode_generation,
+                flags: handle.flags,
+                unique,
+            },
+            T::Released { handle } => Change::Released { handle },
+        }
+    }
 }
 
 /// A message on the wire: the version and the request or answer.
@@ -152,7 +233,11 @@ pub fn decode<T: for<'de> Deserialize<'de>>(payload: &[u8]) -> Result<T, Protoco
 impl Deposit {
     /// How many descriptors travel with this deposit.
     pub fn descriptors(&self) -> usize {
-        if self.handed_over { 2 } else { 1 }
+        if self.handed_over || self.tables {
+            2
+        } else {
+            1
+        }
     }
 
     /// Checks every field a keeper or successor relies on; `fds` are the descriptors that came
@@ -231,27 +316,35 @@ fn hex_decode(text: &str) -> Option<Vec<u8>> {
         .collect()
 }
 
-/// The tables a successor needs to serve a stage: every node the kernel holds and every open
-/// handle, [`MountState`] as bytes.
+/// The tables a successor needs to serve a stage: the connection's nonce, every node the
+/// kernel holds and every open handle, [`MountState`] as bytes.
 ///
-/// Layout (little endian): `TKST`, version `u32` (1), node count `u64`, then per node its ID,
-/// inode generation and lookup count (`u64` each); handle count `u64`, then per handle the
-/// handle, inode, inode generation (`u64` each) and open flags (`u32`).
+/// Layout (little endian): `TKST`, version `u32` (2), the connection nonce (16 bytes), node
+/// count `u64`, then per node its ID, inode generation and lookup count (`u64` each); handle
+/// count `u64`, then per handle the handle, inode, inode generation (`u64` each) and open
+/// flags (`u32`). Version 1, without the nonce, is refused: a successor that made up a nonce
+/// would send a crashed owner's calls again under other request IDs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StageState(pub MountState);
 
 const STATE_MAGIC: &[u8; 4] = b"TKST";
+const STATE_VERSION: u32 = 2;
 const NODE_BYTES: usize = 24;
 const HANDLE_BYTES: usize = 28;
 
 impl StageState {
     /// The bytes.
     pub fn encode(&self) -> Vec<u8> {
-        let MountState { nodes, handles } = &self.0;
+        let MountState {
+            nonce,
+            nodes,
+            handles,
+        } = &self.0;
         let mut out =
-            Vec::with_capacity(24 + nodes.len() * NODE_BYTES + handles.len() * HANDLE_BYTES);
+            Vec::with_capacity(40 + nodes.len() * NODE_BYTES + handles.len() * HANDLE_BYTES);
         out.extend_from_slice(STATE_MAGIC);
-        out.extend_from_slice(&1u32.to_le_bytes());
+        out.extend_from_slice(&STATE_VERSION.to_le_bytes());
+        out.extend_from_slice(&nonce.0);
         out.extend_from_slice(&(nodes.len() as u64).to_le_bytes());
         for node in nodes {
             for v in [node.node, node.inode_generation, node.lookups] {
@@ -275,9 +368,12 @@ impl StageState {
             return Err(ProtocolError::State("not a stage state".to_owned()));
         }
         let version = cursor.u32()?;
-        if version != 1 {
-            return Err(ProtocolError::State(format!("version {version}, not 1")));
+        if version != STATE_VERSION {
+            return Err(ProtocolError::State(format!(
+                "version {version}, not {STATE_VERSION}"
+            )));
         }
+        let nonce = ConnectionNonce(cursor.take::<16>()?);
         let mut nodes = Vec::new();
         for _ in 0..cursor.u64()? {
             nodes.push(NodeState {
@@ -300,7 +396,11 @@ impl StageState {
         if !cursor.0.is_empty() {
             return Err(ProtocolError::State("trailing bytes".to_owned()));
         }
-        Ok(StageState(MountState { nodes, handles }))
+        Ok(StageState(MountState {
+            nonce,
+            nodes,
+            handles,
+        }))
     }
 
     /// The state in a sealed memfd (no write, grow or shrink: what the receiver reads is what
@@ -388,6 +488,7 @@ mod tests {
             record: "00".to_owned(),
             context: BTreeMap::from([("generation".to_owned(), "7".to_owned())]),
             handed_over,
+            tables: handed_over,
         }
     }
 
@@ -402,6 +503,24 @@ mod tests {
             },
             Request::Fetch,
             Request::Ping,
+            Request::Journal {
+                staging: PathBuf::from("/s"),
+                changes: vec![
+                    Change::Node {
+                        node: 9,
+                        generation: 2,
+                    },
+                    Change::Opened {
+                        handle: 4,
+                        ino: 9,
+                        generation: 2,
+                        flags: 1,
+                        unique: 1 << 40,
+                    },
+                    Change::Released { handle: 4 },
+                    Change::Forgotten { node: 9 },
+                ],
+            },
         ];
         for request in requests {
             let bytes = encode(&request);
@@ -487,6 +606,7 @@ mod tests {
     #[test]
     fn a_stage_state_round_trips_and_refuses_what_it_did_not_write() {
         let state = StageState(MountState {
+            nonce: ConnectionNonce([0xc3; 16]),
             nodes: vec![
                 NodeState {
                     node: 1,
@@ -521,12 +641,17 @@ mod tests {
         let mut trailing = bytes.clone();
         trailing.push(0);
         assert!(StageState::decode(&trailing).is_err());
-        let mut huge = bytes[..8].to_vec();
+        let mut huge = bytes[..24].to_vec();
         huge.extend_from_slice(&u64::MAX.to_le_bytes());
         assert!(
             StageState::decode(&huge).is_err(),
             "a count beyond the bytes"
         );
+        // Version 1 carried no nonce: refused, not read with a made-up one.
+        let mut old = bytes.clone();
+        old[4..8].copy_from_slice(&1u32.to_le_bytes());
+        let refused = StageState::decode(&old).unwrap_err();
+        assert!(refused.to_string().contains("version 1"), "{refused}");
         let unsealed = rustix::fs::memfd_create("x", rustix::fs::MemfdFlags::CLOEXEC).unwrap();
         rustix::io::write(&unsealed, &bytes).unwrap();
         assert!(StageState::from_memfd(&unsealed).is_err());

@@ -12,14 +12,17 @@ use std::time::Duration;
 use anyhow::Context as _;
 use fdpass::{AsyncChannel, AsyncListener, Listener};
 
-use super::protocol::{self, Answer, Deposit, Request};
+use super::protocol::{self, Answer, Change, Deposit, Request, StageState};
+use super::tables::Tables;
 
 /// One stage the keeper holds.
 #[derive(Debug)]
 struct Held {
     deposit: Deposit,
-    /// The `/dev/fuse` copy, and the state memfd of a handed-over stage.
-    fds: Vec<OwnedFd>,
+    /// The `/dev/fuse` copy.
+    fuse: OwnedFd,
+    /// Its tables, when the deposit came with them.
+    tables: Option<Tables>,
     /// The connection of the owner that serves it; `None` once handed over.
     owner: Option<u64>,
 }
@@ -134,6 +137,7 @@ impl Keeper {
         };
         match request {
             Request::Deposit { stage } => self.deposit(connection, stage, message.fds),
+            Request::Journal { staging, changes } => self.journal(connection, &staging, &changes),
             Request::Withdraw { staging } => {
                 if let Some(held) = self.lock().remove(&staging) {
                     tracing::info!(connection, volume = %held.deposit.volume_id, staging = %staging.display(), "let go of an unstaged stage");
@@ -146,10 +150,23 @@ impl Keeper {
     }
 
     fn deposit(&self, connection: u64, stage: Deposit, fds: Vec<OwnedFd>) -> Answer {
-        if let Err(error) = stage.check(&fds) {
-            tracing::warn!(connection, volume = %stage.volume_id, staging = %stage.staging.display(), error = %error_text::chain(&error), "refused a deposit");
-            return refused(error_text::chain(&error));
-        }
+        let checked = stage.check(&fds).and_then(|_| {
+            let mut fds = fds.into_iter();
+            let fuse = fds.next();
+            let tables = fds
+                .next()
+                .map(|memfd| StageState::from_memfd(&memfd).map(Tables::new))
+                .transpose()?;
+            Ok((fuse, tables))
+        });
+        let (fuse, tables) = match checked {
+            Ok((Some(fuse), tables)) => (fuse, tables),
+            Ok((None, _)) => return refused("a deposit without its descriptor"),
+            Err(error) => {
+                tracing::warn!(connection, volume = %stage.volume_id, staging = %stage.staging.display(), error = %error_text::chain(&error), "refused a deposit");
+                return refused(error_text::chain(&error));
+            }
+        };
         let owner = (!stage.handed_over).then_some(connection);
         tracing::info!(
             connection,
@@ -162,7 +179,8 @@ impl Keeper {
         let staging = stage.staging.clone();
         let held = Held {
             deposit: stage,
-            fds,
+            fuse,
+            tables,
             owner,
         };
         if let Some(earlier) = self.lock().insert(staging, held)
@@ -178,16 +196,52 @@ impl Keeper {
         Answer::Ok
     }
 
-    /// Sends a copy of every deposit, then `Done`.
+    /// Applies changes the serving owner wrote ahead to a stage's tables.
+    fn journal(&self, connection: u64, staging: &Path, changes: &[Change]) -> Answer {
+        let mut held = self.lock();
+        let Some(stage) = held.get_mut(staging) else {
+            return refused(format_args!("no deposit at {}", staging.display()));
+        };
+        if stage.owner != Some(connection) {
+            return refused(format_args!(
+                "the stage at {} is not served on this connection",
+                staging.display()
+            ));
+        }
+        let Some(tables) = stage.tables.as_mut() else {
+            return refused(format_args!(
+                "the stage at {} was deposited without its tables",
+                staging.display()
+            ));
+        };
+        match tables.apply(changes) {
+            Ok(()) => Answer::Ok,
+            Err(error) => {
+                tracing::warn!(connection, volume = %stage.deposit.volume_id, error = %error, "refused a journal");
+                refused(error)
+            }
+        }
+    }
+
+    /// Sends a copy of every deposit, with its current tables, then `Done`.
     async fn fetch(&self, channel: &AsyncChannel, connection: u64) -> Answer {
         let copies: Vec<(Deposit, Vec<OwnedFd>)> = self
             .lock()
             .values()
             .filter_map(|held| {
-                let fds: Result<Vec<OwnedFd>, _> =
-                    held.fds.iter().map(OwnedFd::try_clone).collect();
-                match fds {
-                    Ok(fds) => Some((held.deposit.clone(), fds)),
+                let copied = held.fuse.try_clone().and_then(|fuse| {
+                    let mut fds = vec![fuse];
+                    if let Some(tables) = &held.tables {
+                        fds.push(tables.state().to_memfd()?);
+                    }
+                    Ok(fds)
+                });
+                match copied {
+                    Ok(fds) => {
+                        let mut deposit = held.deposit.clone();
+                        deposit.tables = held.tables.is_some();
+                        Some((deposit, fds))
+                    }
                     Err(error) => {
                         tracing::warn!(volume = %held.deposit.volume_id, %error, "cannot copy a stage's descriptors");
                         None

@@ -11,12 +11,13 @@ use lease_client::protocol::MountEpoch;
 use mounter::MountIdentity;
 use session::SessionFile;
 
+use super::journal::StageJournal;
 use super::stage::{check_same_stage, refresh_credentials, worker_error};
-use super::{Lease, Owner, Stage, lock};
+use super::{Lease, Owner, Stage, WorkerClient, lock};
 use crate::context::VolumeContext;
 use crate::error::Error;
+use crate::keeper::Fetched;
 use crate::keeper::protocol::{Deposit, StageState, hex_encode};
-use crate::keeper::{Fetched, KeeperLink};
 
 /// What [`Owner::hand_over_all`] did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -29,7 +30,24 @@ pub struct HandOverReport {
 }
 
 impl Owner {
-    /// The keeper's record of `stage`.
+    /// The write-ahead of a new stage's tables, set on its filesystem, when there is a keeper.
+    pub(crate) fn journal_of(
+        &self,
+        fs: &fusefs::Fs<WorkerClient>,
+        staging: &Path,
+        volume_id: &str,
+    ) -> Option<Arc<StageJournal>> {
+        let keeper = self.keeper.as_ref()?;
+        let journal = Arc::new(StageJournal::new(
+            Arc::clone(keeper),
+            staging.to_owned(),
+            volume_id.to_owned(),
+        ));
+        fs.write_ahead_to(Arc::clone(&journal) as Arc<dyn fusefs::WriteAhead>);
+        Some(journal)
+    }
+
+    /// The keeper's record of `stage`, which comes with its tables.
     fn deposit_of(
         &self,
         stage: &Stage,
@@ -47,26 +65,31 @@ impl Owner {
                 .into_iter()
                 .collect(),
             handed_over,
+            tables: true,
         }
     }
 
-    /// Deposits a copy of `stage`'s connection with the keeper, if there is one. A failure is
+    /// Deposits a copy of `stage`'s connection with the keeper, if there is one, with its
+    /// tables as they are now; from then on its write-ahead keeps them current. A failure is
     /// logged: the stage serves, but does not survive an owner restart until the next deposit
     /// (every stage is deposited again once the keeper answers on a new connection).
     pub(crate) async fn deposit(&self, stage: &Stage) {
-        let Some(keeper) = &self.keeper else { return };
+        let Some(journal) = &stage.journal else {
+            return;
+        };
         let mounted = stage.mounted.lock().await;
-        let Some((fd, record)) = mounted
+        let Some((mount, fd, record)) = mounted
             .as_ref()
-            .and_then(|m| Some((m.descriptor()?, m.init_record()?)))
+            .and_then(|m| Some((m, m.descriptor()?, m.init_record()?)))
         else {
             return;
         };
         let deposit = self.deposit_of(stage, record, false);
-        if let Err(error) = keeper.deposit(&deposit, fd, None).await {
+        let snapshot = || StageState(mount.fs().state());
+        if let Err(error) = journal.deposit(&deposit, fd, snapshot).await {
             tracing::warn!(
                 volume = %stage.volume_id,
-                error = %error_text::chain(&error),
+                %error,
                 "the keeper did not take the stage: it serves, but would not survive an owner restart"
             );
         }
@@ -107,9 +130,16 @@ impl Owner {
                             stages = stages.len(),
                             "connected to the keeper again: depositing every stage"
                         );
-                        for stage in stages {
-                            self.deposit(&stage).await;
+                        for stage in &stages {
+                            self.deposit(stage).await;
                         }
+                    }
+                    let journals: Vec<Arc<StageJournal>> = lock(&self.stages)
+                        .values()
+                        .filter_map(|stage| stage.journal.clone())
+                        .collect();
+                    for journal in journals {
+                        journal.flush().await;
                     }
                 }
                 Err(error) if reachable => {
@@ -131,15 +161,13 @@ impl Owner {
     /// handle tables. Nothing is unmounted. A stage whose pause or deposit fails serves
     /// again (and ends when the process exits); the report counts both.
     pub async fn hand_over_all(&self) -> HandOverReport {
-        let Some(keeper) = &self.keeper else {
+        if self.keeper.is_none() {
             return HandOverReport::default();
-        };
+        }
         let stages: Vec<Arc<Stage>> = lock(&self.stages).values().cloned().collect();
         let started = Instant::now();
-        let outcomes = futures_util::future::join_all(
-            stages.iter().map(|stage| self.hand_over(keeper, stage)),
-        )
-        .await;
+        let outcomes =
+            futures_util::future::join_all(stages.iter().map(|stage| self.hand_over(stage))).await;
         let mut report = HandOverReport::default();
         for outcome in outcomes {
             match outcome {
@@ -156,7 +184,7 @@ impl Owner {
         report
     }
 
-    async fn hand_over(&self, keeper: &KeeperLink, stage: &Stage) -> Result<(), ()> {
+    async fn hand_over(&self, stage: &Stage) -> Result<(), ()> {
         let volume = &stage.volume_id;
         let mut slot = stage.mounted.lock().await;
         let Some(mounted) = slot.take() else {
@@ -178,23 +206,18 @@ impl Owner {
             }
         }
         stage.refresh.abort();
-        let state = StageState(handover.fs.state());
-        let deposited = match state.to_memfd() {
-            Ok(memfd) => {
-                let deposit = self.deposit_of(stage, &handover.connection.record, true);
-                keeper
-                    .deposit(
-                        &deposit,
-                        handover.connection.fd.as_fd(),
-                        Some(memfd.as_fd()),
-                    )
+        let deposit = self.deposit_of(stage, &handover.connection.record, true);
+        let deposited = match &stage.journal {
+            Some(journal) => {
+                let snapshot = || StageState(handover.fs.state());
+                journal
+                    .deposit(&deposit, handover.connection.fd.as_fd(), snapshot)
                     .await
-                    .map_err(|e| error_text::chain(&e).to_string())
             }
-            Err(e) => Err(format!("the state memfd: {e}")),
+            None => Err("no keeper".to_owned()),
         };
         match deposited {
-            Ok(()) => {
+            Ok(state) => {
                 tracing::info!(
                     volume = %volume,
                     nodes = state.0.nodes.len(),
@@ -345,6 +368,7 @@ impl Owner {
             }
         };
         let fs = Arc::new(fusefs::Fs::with_state(client, self.config.fs, &state.0));
+        let journal = self.journal_of(&fs, &deposit.staging, &volume_id);
         let connection = fuse_session::Paused { fd: fuse, record };
         let mounted = fusefs::adopt(
             Arc::clone(&fs),
@@ -377,6 +401,7 @@ impl Owner {
             mounted: tokio::sync::Mutex::new(Some(mounted)),
             lease,
             refresh,
+            journal,
         }))
     }
 }

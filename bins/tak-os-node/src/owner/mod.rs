@@ -23,6 +23,7 @@ use crate::credentials::CredentialSource;
 use crate::error::Error;
 
 mod handoff;
+mod journal;
 mod publish;
 mod stage;
 mod stats;
@@ -164,6 +165,8 @@ pub(crate) struct Stage {
     pub(crate) mounted: tokio::sync::Mutex<Option<fusefs::Mounted<WorkerClient>>>,
     pub(crate) lease: Option<Lease>,
     pub(crate) refresh: tokio::task::JoinHandle<()>,
+    /// The write-ahead of its tables to the keeper, when there is one.
+    pub(crate) journal: Option<Arc<journal::StageJournal>>,
 }
 
 /// An RWO stage's lease and its renewal.

@@ -314,8 +314,11 @@ impl Owner {
                 (lease.client().clone(), Some((lease, grant)))
             }
         };
-        let fs = Arc::new(fusefs::Fs::new(client, self.config.fs));
-        let mounted = match fusefs::mount(Arc::clone(&fs), &volume_id, staging).await {
+        let mounted = match fusefs::Fs::new(client, self.config.fs) {
+            Ok(fs) => fusefs::mount(Arc::new(fs), &volume_id, staging).await,
+            Err(nonce) => Err(fusefs::MountError::from(nonce)),
+        };
+        let mounted = match mounted {
             Ok(mounted) => mounted,
             Err(source) => {
                 if let Some((lease, _)) = &lease {
@@ -325,6 +328,7 @@ impl Owner {
             }
         };
         self.config.hook.reach(StagePoint::Mounted);
+        let fs = Arc::clone(mounted.fs());
         let (major, minor) = mounted.device();
         let identity = MountIdentity {
             major,
@@ -361,6 +365,7 @@ impl Owner {
             Arc::clone(&fs),
             material,
         ));
+        let journal = self.journal_of(&fs, staging, &volume_id);
         Ok(Arc::new(Stage {
             volume_id,
             context,
@@ -369,6 +374,7 @@ impl Owner {
             mounted: tokio::sync::Mutex::new(Some(mounted)),
             lease,
             refresh,
+            journal,
         }))
     }
 
@@ -564,6 +570,9 @@ impl Owner {
                 }
                 *mounted = None;
                 stage.refresh.abort();
+                if let Some(journal) = &stage.journal {
+                    journal.stop().await;
+                }
                 if let Some(lease) = &stage.lease {
                     let renewal = lock(&lease.renewal).take();
                     if let Some(renewal) = renewal {

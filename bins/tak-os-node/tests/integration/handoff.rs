@@ -2,8 +2,9 @@
 //! connection; an owner told to stop (SIGTERM) hands its stages over and the next owner
 //! process takes them back. Five upgrades under verified I/O lose nothing; an owner killed
 //! without a hand-off ends its mounts cleanly (no caller waits forever), as do owner and
-//! keeper killed together; a restarted keeper is given every stage again; and what the keeper
-//! refuses changes nothing.
+//! keeper killed together; a restarted keeper is given every stage again; every node and
+//! handle the kernel is given reaches the keeper's tables before the reply; and what the
+//! keeper refuses changes nothing.
 //!
 //! Owners and keepers are this test binary re-executed (`crash::child_owner_process`,
 //! `child_keeper_process`); the test talks to the owners as kubelet's frontend does, over gRPC.
@@ -403,6 +404,82 @@ fn a_restarted_keeper_is_given_every_stage_again() {
     );
 }
 
+#[test]
+fn every_node_and_handle_the_kernel_is_given_is_written_ahead_to_the_keeper() {
+    privileged(
+        "every_node_and_handle_the_kernel_is_given_is_written_ahead_to_the_keeper",
+        async || {
+            let (cluster, keeper, stage) = start("vol-ahead", worker::AccessMode::Rwx).await;
+            let dir = cluster.dir.path().to_owned();
+            let node = cluster.node("node-a");
+            let staging = node.staging("vol-ahead");
+            let owner = spawn_owner(&dir, &cluster, &keeper.socket);
+            let mut client = client_of(&owner).await;
+            client.node_stage_volume(stage.clone()).await.unwrap();
+
+            // A directory, a file in it held open, a file unlinked while open.
+            fs::create_dir(staging.join("d")).unwrap();
+            let held = fs::File::create(staging.join("d/held")).unwrap();
+            let gone = fs::File::create(staging.join("gone")).unwrap();
+            fs::remove_file(staging.join("gone")).unwrap();
+            let inos = [
+                fs::metadata(staging.join("d")).unwrap().ino(),
+                held.metadata().unwrap().ino(),
+                gone.metadata().unwrap().ino(),
+            ];
+
+            // Each reply that handed one over waited for the keeper: its tables have them
+            // now, while the owner still serves.
+            let state = tables_of(&keeper.socket, &staging);
+            let nodes: Vec<u64> = state.nodes.iter().map(|n| n.node).collect();
+            for ino in inos {
+                assert!(nodes.contains(&ino), "node {ino} in {nodes:?}");
+            }
+            let open: Vec<u64> = state.handles.iter().map(|h| h.file.ino).collect();
+            assert!(
+                open.contains(&inos[1]) && open.contains(&inos[2]),
+                "{open:?}"
+            );
+            assert_eq!(state.nonce, tables_of(&keeper.socket, &staging).nonce);
+
+            // Closed: the releases need no wait; they reach the keeper within a check.
+            drop((held, gone));
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while !tables_of(&keeper.socket, &staging).handles.is_empty() {
+                assert!(Instant::now() < deadline, "the releases never arrived");
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            client
+                .node_unstage_volume(unstage_request(&stage))
+                .await
+                .unwrap();
+            assert!(mounts_under(&node.kubelet).is_empty());
+            drop((owner, keeper));
+        },
+    );
+}
+
+/// The keeper's tables of the stage at `staging`, through a connection of the test's own.
+fn tables_of(socket: &Path, staging: &Path) -> fusefs::MountState {
+    let channel = fdpass::Channel::connect(socket).unwrap();
+    channel
+        .send(&protocol::encode(&Request::Fetch), &[])
+        .unwrap();
+    let mut found = None;
+    loop {
+        let message = channel.recv().unwrap().unwrap();
+        match protocol::decode::<Answer>(&message.payload).unwrap() {
+            Answer::Stage { stage } if stage.staging == staging => {
+                assert!(stage.tables, "{stage:?}");
+                found = Some(protocol::StageState::from_memfd(&message.fds[1]).unwrap().0);
+            }
+            Answer::Stage { .. } => {}
+            Answer::Done { .. } => return found.expect("the stage is deposited"),
+            other => panic!("{other:?}"),
+        }
+    }
+}
+
 /// The keeper's deposits, through a connection of the test's own.
 fn fetch(socket: &Path) -> Vec<Deposit> {
     let channel = fdpass::Channel::connect(socket).unwrap();
@@ -442,6 +519,7 @@ fn what_the_keeper_refuses_changes_nothing() {
         let before = fetch(&keeper.socket);
         assert_eq!(before.len(), 1);
         let good = before[0].clone();
+        let tables_before = tables_of(&keeper.socket, &staging);
 
         let channel = fdpass::Channel::connect(&keeper.socket).unwrap();
         let null = fs::File::open("/dev/null").unwrap();
@@ -457,6 +535,7 @@ fn what_the_keeper_refuses_changes_nothing() {
                 protocol::encode(&Request::Deposit {
                     stage: Deposit {
                         staging: dir.join("elsewhere"),
+                        tables: false,
                         ..good.clone()
                     },
                 }),
@@ -474,10 +553,27 @@ fn what_the_keeper_refuses_changes_nothing() {
                 protocol::encode(&Request::Deposit {
                     stage: Deposit {
                         record: "00ff".to_owned(),
+                        tables: false,
                         ..good.clone()
                     },
                 }),
                 vec![null.as_fd()],
+            ),
+            (
+                "a journal for a stage another connection serves",
+                protocol::encode(&Request::Journal {
+                    staging: staging.clone(),
+                    changes: vec![protocol::Change::Forgotten { node: 99 }],
+                }),
+                vec![],
+            ),
+            (
+                "a journal for no stage",
+                protocol::encode(&Request::Journal {
+                    staging: dir.join("nowhere"),
+                    changes: vec![protocol::Change::Released { handle: 1 }],
+                }),
+                vec![],
             ),
         ];
         for (what, payload, fds) in refusals {
@@ -492,6 +588,7 @@ fn what_the_keeper_refuses_changes_nothing() {
             Answer::Ok
         );
         assert_eq!(fetch(&keeper.socket), before, "nothing changed");
+        assert_eq!(tables_of(&keeper.socket, &staging), tables_before);
 
         // A stage of a volume the next owner does not know (a FUSE mount of the test's own,
         // deposited as handed over): the successor refuses it and lets go of it, and takes
@@ -515,6 +612,7 @@ fn what_the_keeper_refuses_changes_nothing() {
             record: protocol::hex_encode(&session.record().encode()),
             context: good.context.clone(),
             handed_over: true,
+            tables: true,
         };
         assert_eq!(
             ask(

@@ -9,7 +9,7 @@ use lease_client::v1;
 use lease_client::v1::reply::Result as ReplyResult;
 use lease_client::v1::request::Op;
 
-use super::{Caller, Fs, TTL, lock};
+use super::{Caller, Fs, TTL, TableChange, lock};
 use crate::attr::{file_attr, kind_of_entry};
 use crate::error::Error;
 use crate::reply::{DirEntry, DirEntryPlus, Entry, FileKind, Opened};
@@ -145,6 +145,21 @@ impl<S: FileService> Fs<S> {
                 },
             });
         }
+        // Written ahead before the reply, every entry the kernel may take and does not hold
+        // yet (those that will not fit in its buffer too: more than it holds, never less).
+        let changes: Vec<TableChange> = {
+            let nodes = lock(&self.nodes);
+            out.iter()
+                .filter(|e| e.dirent.name != "." && e.dirent.name != "..")
+                .map(|e| FileId {
+                    ino: e.dirent.ino,
+                    inode_generation: e.entry.generation,
+                })
+                .filter(|file| !nodes.holds(*file))
+                .map(TableChange::node)
+                .collect()
+        };
+        self.write_ahead(changes).await;
         Ok(PlusListing {
             fs: self,
             entries: out.into_iter(),
@@ -159,6 +174,7 @@ impl<S: FileService> Fs<S> {
                 ino: taken.dirent.ino,
                 inode_generation: taken.entry.generation,
             };
+            // Written ahead by `readdirplus` already, if the kernel did not hold it.
             lock(&self.nodes).looked_up(file);
         }
     }

@@ -10,7 +10,7 @@ use lease_client::v1;
 use lease_client::v1::reply::Result as ReplyResult;
 use lease_client::v1::request::Op;
 
-use super::{Caller, FOPEN_DIRECT_IO, Fs, lock};
+use super::{Caller, ConnectionNonce, FOPEN_DIRECT_IO, Fs, TableChange, lock};
 use crate::error::Error;
 use crate::nodes::NodeState;
 use crate::reply::{Created, Opened};
@@ -36,10 +36,13 @@ pub struct HandleState {
 
 /// What the kernel holds of a mounted volume, as data rather than private fields: every node
 /// (with its inode generation and lookup count) and every open handle (with its file and open
-/// flags). A process taking over a live FUSE connection needs exactly this to answer requests
-/// that name them.
+/// flags), and the connection's nonce. A process taking over a live FUSE connection needs
+/// exactly this to answer requests that name them, under the request IDs the previous owner
+/// would have used.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct MountState {
+    /// The connection's nonce.
+    pub nonce: ConnectionNonce,
     /// The nodes, root included, in node ID order.
     pub nodes: Vec<NodeState>,
     /// The open handles, in handle order.
@@ -59,7 +62,11 @@ impl<S: FileService> Fs<S> {
             })
             .collect();
         handles.sort_unstable_by_key(|h| h.handle);
-        MountState { nodes, handles }
+        MountState {
+            nonce: self.nonce,
+            nodes,
+            handles,
+        }
     }
 
     /// How many handles are open.
@@ -68,17 +75,35 @@ impl<S: FileService> Fs<S> {
     }
 
     /// An open handle of `file`, for a request about a file that the kernel names without one.
+    /// The lowest, so that the choice is the same whoever serves the request.
     pub(super) fn open_handle_of(&self, file: FileId) -> Option<u64> {
         lock(&self.handles)
             .iter()
-            .find(|(_, open)| open.file == file)
+            .filter(|(_, open)| open.file == file)
             .map(|(handle, _)| *handle)
+            .min()
     }
 
-    pub(super) fn opened(&self, file: FileId, flags: u32, handle: u64, lease_ms: u64) {
+    /// Keeps the handle kernel request `caller` opened; the change to write ahead.
+    fn opened(
+        &self,
+        caller: Caller,
+        file: FileId,
+        flags: u32,
+        handle: u64,
+        lease_ms: u64,
+    ) -> TableChange {
         lock(&self.handles).insert(handle, OpenFile { file, flags });
         if lease_ms > 0 {
             *lock(&self.handle_lease) = Some(Duration::from_millis(lease_ms));
+        }
+        TableChange::Opened {
+            handle: HandleState {
+                handle,
+                file,
+                flags,
+            },
+            unique: caller.unique,
         }
     }
 
@@ -100,7 +125,8 @@ impl<S: FileService> Fs<S> {
             });
             expect!(self.call(caller, op).await?, OpenKillSuidgid)
         };
-        self.opened(file, flags, reply.handle, reply.handle_lease_ms);
+        let opened = self.opened(caller, file, flags, reply.handle, reply.handle_lease_ms);
+        self.write_ahead(vec![opened]).await;
         Ok(Opened {
             handle: reply.handle,
             flags: FOPEN_DIRECT_IO,
@@ -126,12 +152,15 @@ impl<S: FileService> Fs<S> {
             caller: Self::caller_of(caller),
         });
         let reply = expect!(self.call(caller, op).await?, Create);
-        let entry = self.entry(reply.entry.ok_or(Error::malformed("create", "no entry"))?)?;
+        let (entry, node) =
+            self.counted_entry(reply.entry.ok_or(Error::malformed("create", "no entry"))?)?;
         let file = FileId {
             ino: entry.attr.ino,
             inode_generation: entry.generation,
         };
-        self.opened(file, flags, reply.handle, reply.handle_lease_ms);
+        let opened = self.opened(caller, file, flags, reply.handle, reply.handle_lease_ms);
+        self.write_ahead(node.into_iter().chain([opened]).collect())
+            .await;
         Ok(Created {
             entry,
             opened: Opened {
@@ -188,7 +217,10 @@ impl<S: FileService> Fs<S> {
     ) -> Result<(), Error> {
         let open = lock(&self.handles).remove(&fh);
         let file = match open {
-            Some(open) => open.file,
+            Some(open) => {
+                self.note(vec![TableChange::Released { handle: fh }]);
+                open.file
+            }
             None => self.file(node)?,
         };
         let op = Op::Release(v1::ReleaseRequest {
@@ -208,19 +240,9 @@ impl<S: FileService> Fs<S> {
         if handles.is_empty() {
             return Ok(lock(&self.handle_lease).map_or(default, |lease| lease / 3));
         }
-        let caller = Caller {
-            unique: 0,
-            uid: 0,
-            gid: 0,
-        };
-        let reply = expect!(
-            self.call(
-                caller,
-                Op::RenewHandles(v1::RenewHandlesRequest { handles })
-            )
-            .await?,
-            RenewHandles
-        );
+        // Made for no kernel request: a random request ID.
+        let op = Op::RenewHandles(v1::RenewHandlesRequest { handles });
+        let reply = expect!(self.send(None, op).await?, RenewHandles);
         {
             let mut open = lock(&self.handles);
             for expired in &reply.expired {

@@ -87,16 +87,20 @@ impl<S: FileService> Fs<S> {
         let file = self.file(node)?;
         self.not_interrupted(caller)?;
         let part = self.config.part_size();
-        let calls = (0..size as usize).step_by(part).map(|start| {
-            let len = part.min(size as usize - start);
-            let op = Op::Read(v1::ReadRequest {
-                file: Some(file.into()),
-                handle: fh,
-                offset: offset.saturating_add(start as u64),
-                size: len as u32,
+        let calls = (0..size as usize)
+            .step_by(part)
+            .zip(0..)
+            .map(|(start, index)| {
+                let len = part.min(size as usize - start);
+                let op = Op::Read(v1::ReadRequest {
+                    file: Some(file.into()),
+                    handle: fh,
+                    offset: offset.saturating_add(start as u64),
+                    size: len as u32,
+                });
+                let request_id = self.request_id(caller, index);
+                async move { (len, self.send(Some(request_id), op).await) }
             });
-            async move { (len, self.send(op).await) }
-        });
         let mut replies = futures_util::stream::iter(calls).buffered(PARALLEL_CALLS);
         let mut parts = Vec::new();
         while let Some((len, reply)) = replies.next().await {
@@ -145,7 +149,7 @@ impl<S: FileService> Fs<S> {
         };
         let stopped = AtomicBool::new(false);
         let stopped = &stopped;
-        let calls = (0..data.len()).step_by(part).map(|start| async move {
+        let calls = (0..data.len()).step_by(part).zip(0..).map(|(start, index)| async move {
             let chunk = &data[start..data.len().min(start + part)];
             if stopped.load(Ordering::Acquire) {
                 return (chunk.len(), None);
@@ -166,7 +170,7 @@ impl<S: FileService> Fs<S> {
                     caller: Self::caller_of(caller),
                 }),
             };
-            let reply = self.send(op).await;
+            let reply = self.send(Some(self.request_id(caller, index)), op).await;
             let whole = matches!(&reply, Ok(result) if written_by(result, flags.kill_suidgid) == Some(chunk.len()));
             if !whole {
                 stopped.store(true, Ordering::Release);

@@ -9,11 +9,11 @@
 use std::collections::{HashMap, VecDeque};
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::Duration;
 
 use bytes::Bytes;
-use lease_client::protocol::{FileId, ROOT_INO};
+use lease_client::protocol::{FileId, ROOT_INO, RandomUnavailable, RequestId};
 use lease_client::v1::reply::Result as ReplyResult;
 use lease_client::v1::request::Op;
 use lease_client::v1::{self, set_time};
@@ -21,7 +21,7 @@ use lease_client::v1::{self, set_time};
 use crate::attr::{file_attr, timestamp};
 use crate::error::Error;
 use crate::nodes::Nodes;
-use crate::reply::{Entry, SetAttrs, Stat, StatFs, Timestamp};
+use crate::reply::{Entry, SetAttrs, SetTime, Stat, StatFs};
 use crate::service::FileService;
 
 /// `FOPEN_DIRECT_IO`: the kernel sends every read and write to us, caching nothing.
@@ -32,10 +32,13 @@ pub const TTL: Duration = Duration::ZERO;
 /// How many interrupts are remembered for requests that have not started yet.
 const MAX_PENDING_INTERRUPTS: usize = 1024;
 
-/// Who asks: the kernel's request ID (for interrupts) and the caller's credentials.
+/// Who asks: the kernel's request ID (for interrupts and the request IDs of the worker calls
+/// made for it) and the caller's credentials.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Caller {
-    /// The kernel's unique request ID.
+    /// The kernel's unique request ID, with its resend bit when the kernel sent it again.
+    /// The kernel numbers requests in steps of two: bit 0 marks an INTERRUPT and is not part
+    /// of the ID, so requests `2n` and `2n + 1` make their calls under the same request IDs.
     pub unique: u64,
     /// The caller's user ID.
     pub uid: u32,
@@ -75,6 +78,8 @@ impl Default for FsConfig {
 pub struct Fs<S> {
     service: S,
     config: FsConfig,
+    /// The connection's nonce, from which every call's request ID is derived.
+    nonce: ConnectionNonce,
     nodes: Mutex<Nodes>,
     /// Open worker handles (the FUSE file handle *is* the worker's handle) and their files.
     handles: Mutex<HashMap<u64, OpenFile>>,
@@ -82,6 +87,8 @@ pub struct Fs<S> {
     handle_lease: Mutex<Option<Duration>>,
     /// Interrupts for requests that have not been sent yet.
     interrupts: Mutex<VecDeque<u64>>,
+    /// Where new nodes and handles are written ahead, once set.
+    write_ahead: OnceLock<Arc<dyn WriteAhead>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -106,34 +113,45 @@ macro_rules! expect {
 
 mod dir;
 mod handles;
+mod ids;
 mod io;
 #[cfg(test)]
 mod tests;
+mod write_ahead;
 
 pub use dir::PlusListing;
 use handles::OpenFile;
 pub use handles::{HandleState, MountState};
+pub use ids::ConnectionNonce;
 pub use io::{FUSE_WRITE_KILL_SUIDGID, PARALLEL_CALLS, WriteFlags};
+pub use write_ahead::{Recorded, TableChange, WriteAhead};
 
 impl<S: FileService> Fs<S> {
-    /// A filesystem that sends its calls to `service`.
-    pub fn new(service: S, config: FsConfig) -> Self {
+    /// A filesystem for a new connection that sends its calls to `service`, with a fresh
+    /// [`ConnectionNonce`]. Fails only when the operating system has no random bytes to give.
+    pub fn new(service: S, config: FsConfig) -> Result<Self, RandomUnavailable> {
+        Ok(Fs::with_nonce(service, config, ConnectionNonce::random()?))
+    }
+
+    fn with_nonce(service: S, config: FsConfig, nonce: ConnectionNonce) -> Self {
         Fs {
             service,
             nodes: Mutex::new(Nodes::new(config.root_generation)),
             config,
+            nonce,
             handles: Mutex::new(HashMap::new()),
             handle_lease: Mutex::new(None),
             interrupts: Mutex::new(VecDeque::new()),
+            write_ahead: OnceLock::new(),
         }
     }
 
     /// A filesystem that serves a connection another `Fs` served before: it takes over the
-    /// nodes (with their lookup counts) and open handles of `state`, that `Fs`'s
-    /// [`Fs::state`] at the moment it stopped serving. The handles are renewed from the next
-    /// renewal on ([`Fs::run_handle_renewal`]).
+    /// connection's nonce, the nodes (with their lookup counts) and open handles of `state`,
+    /// that `Fs`'s [`Fs::state`] at the moment it stopped serving. The handles are renewed
+    /// from the next renewal on ([`Fs::run_handle_renewal`]).
     pub fn with_state(service: S, config: FsConfig, state: &MountState) -> Self {
-        let fs = Fs::new(service, config);
+        let fs = Fs::with_nonce(service, config, state.nonce);
         *lock(&fs.nodes) = Nodes::restore(config.root_generation, &state.nodes);
         lock(&fs.handles).extend(state.handles.iter().map(|h| {
             (
@@ -152,6 +170,32 @@ impl<S: FileService> Fs<S> {
         &self.service
     }
 
+    /// The connection's nonce.
+    pub fn nonce(&self) -> ConnectionNonce {
+        self.nonce
+    }
+
+    /// From now on, tells `write_ahead` of every change to the nodes and open handles the
+    /// kernel holds, new ones before the reply that hands them over (see [`WriteAhead`]).
+    /// Changes made before are in [`Fs::state`]. Set once; `false` if one was set before.
+    pub fn write_ahead_to(&self, write_ahead: Arc<dyn WriteAhead>) -> bool {
+        self.write_ahead.set(write_ahead).is_ok()
+    }
+
+    /// Records `changes` with the write-ahead, if one is set, before a reply that needs them.
+    pub(super) async fn write_ahead(&self, changes: Vec<TableChange>) {
+        if let (false, Some(write_ahead)) = (changes.is_empty(), self.write_ahead.get()) {
+            write_ahead.record(changes).await;
+        }
+    }
+
+    /// Notes `changes` no reply waits for with the write-ahead, if one is set.
+    pub(super) fn note(&self, changes: Vec<TableChange>) {
+        if let Some(write_ahead) = self.write_ahead.get() {
+            write_ahead.note(changes);
+        }
+    }
+
     /// How many nodes the kernel holds (the root included).
     pub fn node_count(&self) -> usize {
         lock(&self.nodes).len()
@@ -163,16 +207,40 @@ impl<S: FileService> Fs<S> {
             .ok_or(Error::StaleNode { node })
     }
 
-    /// Sends `op` on behalf of `caller`, unless the kernel interrupted the request before it
-    /// could be sent. Once sent, a call runs to its outcome: an `EINTR` after sending would
-    /// invite the application to repeat a mutation under a new request ID.
+    /// Sends `op` as the first call made for `caller`'s request ([`Fs::call_at`] index 0).
     pub(super) async fn call(&self, caller: Caller, op: Op) -> Result<ReplyResult, Error> {
-        self.not_interrupted(caller)?;
-        self.send(op).await
+        self.call_at(caller, 0, op).await
     }
 
-    /// `EINTR` if the kernel interrupted `caller`'s request (which is then forgotten).
+    /// Sends `op` as call `index` of `caller`'s request, unless the kernel interrupted the
+    /// request before it could be sent. Once sent, a call runs to its outcome: an `EINTR`
+    /// after sending would invite the application to repeat a mutation under a new request ID.
+    ///
+    /// The index numbers the request's calls in a fixed sequence (the parts of a split read
+    /// or write, then one more per extra call), so that the request served again by another
+    /// owner makes the same calls under the same IDs.
+    pub(super) async fn call_at(
+        &self,
+        caller: Caller,
+        index: u32,
+        op: Op,
+    ) -> Result<ReplyResult, Error> {
+        self.not_interrupted(caller)?;
+        self.send(Some(self.request_id(caller, index)), op).await
+    }
+
+    /// The request ID of call `index` of `caller`'s request.
+    pub(super) fn request_id(&self, caller: Caller, index: u32) -> RequestId {
+        self.nonce.request_id(caller.unique, index)
+    }
+
+    /// `EINTR` if the kernel interrupted `caller`'s request (which is then forgotten). A
+    /// request the kernel sent again after an owner died was sent to the workers already, as
+    /// far as anyone knows: it is never interrupted.
     pub(super) fn not_interrupted(&self, caller: Caller) -> Result<(), Error> {
+        if fuse_wire::Unique(caller.unique).is_resend() {
+            return Ok(());
+        }
         let mut interrupts = lock(&self.interrupts);
         match interrupts.iter().position(|u| *u == caller.unique) {
             Some(at) => {
@@ -183,11 +251,16 @@ impl<S: FileService> Fs<S> {
         }
     }
 
-    /// Sends `op`, whatever the kernel may have interrupted meanwhile.
-    pub(super) async fn send(&self, op: Op) -> Result<ReplyResult, Error> {
+    /// Sends `op` under `request_id` (a random one when `None`), whatever the kernel may have
+    /// interrupted meanwhile.
+    pub(super) async fn send(
+        &self,
+        request_id: Option<RequestId>,
+        op: Op,
+    ) -> Result<ReplyResult, Error> {
         let name = op.name();
         self.service
-            .call(op)
+            .call(request_id, op)
             .await
             .map_err(|source| Error::call(name, source))
     }
@@ -201,17 +274,30 @@ impl<S: FileService> Fs<S> {
         interrupts.push_back(unique);
     }
 
-    pub(super) fn entry(&self, entry: v1::Entry) -> Result<Entry, Error> {
+    /// The entry of a reply that hands the kernel a node, counted as one more lookup and
+    /// written ahead when the kernel did not hold the node.
+    pub(super) async fn entry(&self, entry: v1::Entry) -> Result<Entry, Error> {
+        let (entry, change) = self.counted_entry(entry)?;
+        self.write_ahead(change.into_iter().collect()).await;
+        Ok(entry)
+    }
+
+    /// [`Fs::entry`] without the write-ahead: the entry and the change to write ahead.
+    pub(super) fn counted_entry(
+        &self,
+        entry: v1::Entry,
+    ) -> Result<(Entry, Option<TableChange>), Error> {
         let (Some(file), Some(attr)) = (entry.file, entry.attr) else {
             return Err(Error::malformed("entry", "no file or no attributes"));
         };
         let file = FileId::from(file);
-        lock(&self.nodes).looked_up(file);
-        Ok(Entry {
+        let new = lock(&self.nodes).looked_up(file);
+        let entry = Entry {
             attr: file_attr(file.ino, &attr),
             generation: file.inode_generation,
             ttl: TTL,
-        })
+        };
+        Ok((entry, new.then_some(TableChange::node(file))))
     }
 
     pub(super) fn attr(node: u64, entry: v1::Entry) -> Result<Stat, Error> {
@@ -239,18 +325,21 @@ impl<S: FileService> Fs<S> {
             name: name.as_bytes().to_vec(),
         });
         self.entry(expect!(self.call(caller, op).await?, Lookup))
+            .await
     }
 
     /// FORGET (and each item of BATCH_FORGET).
     pub fn forget(&self, node: u64, count: u64) {
-        lock(&self.nodes).forget(node, count);
+        if lock(&self.nodes).forget(node, count) {
+            self.note(vec![TableChange::Forgotten { node }]);
+        }
     }
 
     /// Sends the attribute request `op(handle)`. A file that is open but has no name left
     /// (unlinked while open) is only reachable through an open handle, and the kernel sends
-    /// `fstat`, `fchmod` and the like without one: on `ESTALE` the request is sent again with
-    /// a handle this mount holds for the file. The worker refuses `ESTALE` before it changes
-    /// anything, so repeating the request under a new ID is safe.
+    /// `fstat`, `fchmod` and the like without one: on `ESTALE` the request is sent again (call
+    /// index 1) with the lowest handle this mount holds for the file. The worker refuses
+    /// `ESTALE` before it changes anything, so the second call is safe.
     async fn attr_call(
         &self,
         caller: Caller,
@@ -261,7 +350,7 @@ impl<S: FileService> Fs<S> {
         match self.call(caller, op(fh)).await {
             Err(error) if error.errno().raw() == libc::ESTALE && fh.is_none() => {
                 match self.open_handle_of(file) {
-                    Some(handle) => self.call(caller, op(Some(handle))).await,
+                    Some(handle) => self.call_at(caller, 1, op(Some(handle))).await,
                     None => Err(error),
                 }
             }
@@ -291,9 +380,12 @@ impl<S: FileService> Fs<S> {
         set: SetAttrs,
     ) -> Result<Stat, Error> {
         let file = self.file(node)?;
-        let time = |t: Option<Timestamp>| {
+        let time = |t: Option<SetTime>| {
             t.map(|t| v1::SetTime {
-                time: Some(set_time::Time::At(timestamp(t))),
+                time: Some(match t {
+                    SetTime::At(at) => set_time::Time::At(timestamp(at)),
+                    SetTime::Now => set_time::Time::Now(true),
+                }),
             })
         };
         let op = |handle| {
@@ -338,6 +430,7 @@ impl<S: FileService> Fs<S> {
             caller: Self::caller_of(caller),
         });
         self.entry(expect!(self.call(caller, op).await?, Symlink))
+            .await
     }
 
     /// MKNOD. The kernel has applied the umask already.
@@ -359,6 +452,7 @@ impl<S: FileService> Fs<S> {
             caller: Self::caller_of(caller),
         });
         self.entry(expect!(self.call(caller, op).await?, Mknod))
+            .await
     }
 
     /// MKDIR.
@@ -379,6 +473,7 @@ impl<S: FileService> Fs<S> {
             caller: Self::caller_of(caller),
         });
         self.entry(expect!(self.call(caller, op).await?, Mkdir))
+            .await
     }
 
     /// UNLINK.
@@ -440,6 +535,7 @@ impl<S: FileService> Fs<S> {
             new_name: new_name.as_bytes().to_vec(),
         });
         self.entry(expect!(self.call(caller, op).await?, Link))
+            .await
     }
 
     /// STATFS.

@@ -16,7 +16,11 @@ struct ReachableOnlyByHandle {
 }
 
 impl FileService for ReachableOnlyByHandle {
-    fn call(&self, op: Op) -> impl Future<Output = Result<ReplyResult, Error>> + Send {
+    fn call(
+        &self,
+        _request_id: Option<RequestId>,
+        op: Op,
+    ) -> impl Future<Output = Result<ReplyResult, Error>> + Send {
         let entry = |file| v1::Entry {
             file,
             attr: Some(v1::Attr::default()),
@@ -85,7 +89,11 @@ impl PartFails {
 }
 
 impl FileService for PartFails {
-    fn call(&self, op: Op) -> impl Future<Output = Result<ReplyResult, Error>> + Send {
+    fn call(
+        &self,
+        _request_id: Option<RequestId>,
+        op: Op,
+    ) -> impl Future<Output = Result<ReplyResult, Error>> + Send {
         let offset = match &op {
             Op::Read(r) => r.offset,
             Op::Write(r) => r.offset,
@@ -125,7 +133,7 @@ fn parts_of(config_part: usize, end: u64, fails_at: u64) -> Fs<PartFails> {
         call_data_bytes: config_part,
         ..FsConfig::default()
     };
-    Fs::new(PartFails::new(end, fails_at), config)
+    Fs::new(PartFails::new(end, fails_at), config).unwrap()
 }
 
 #[tokio::test]
@@ -189,7 +197,11 @@ struct InFlight {
 }
 
 impl FileService for InFlight {
-    fn call(&self, op: Op) -> impl Future<Output = Result<ReplyResult, Error>> + Send {
+    fn call(
+        &self,
+        _request_id: Option<RequestId>,
+        op: Op,
+    ) -> impl Future<Output = Result<ReplyResult, Error>> + Send {
         let (offset, result) = match op {
             Op::Write(r) => (
                 r.offset,
@@ -233,7 +245,7 @@ fn in_flight() -> Fs<InFlight> {
         call_data_bytes: PART,
         ..FsConfig::default()
     };
-    Fs::new(InFlight::default(), config)
+    Fs::new(InFlight::default(), config).unwrap()
 }
 
 fn started(fs: &Fs<InFlight>) -> Vec<u64> {
@@ -293,12 +305,16 @@ async fn an_appending_write_goes_out_as_whole_calls_one_after_another() {
 /// A worker that records each call's operation and the caller it names, and answers
 /// writes in full and opens with handle 3.
 #[derive(Default)]
-struct Recorded {
+struct CallerLog {
     calls: Mutex<Vec<(&'static str, Option<v1::Caller>)>>,
 }
 
-impl FileService for Recorded {
-    fn call(&self, op: Op) -> impl Future<Output = Result<ReplyResult, Error>> + Send {
+impl FileService for CallerLog {
+    fn call(
+        &self,
+        _request_id: Option<RequestId>,
+        op: Op,
+    ) -> impl Future<Output = Result<ReplyResult, Error>> + Send {
         let written = v1::WriteReply {
             written: op.data_len() as u32,
         };
@@ -335,7 +351,7 @@ async fn every_part_of_a_write_without_fsetid_asks_the_worker_to_drop_set_id_bit
     };
     let data = vec![7u8; MAX_DATA_BYTES];
 
-    let fs = Fs::new(Recorded::default(), config);
+    let fs = Fs::new(CallerLog::default(), config).unwrap();
     let killing = WriteFlags::from_request(0, FUSE_WRITE_KILL_SUIDGID);
     assert!(killing.kill_suidgid);
     let reply = fs.write(user, ROOT_NODE, 1, 0, &data, killing).await;
@@ -344,13 +360,13 @@ async fn every_part_of_a_write_without_fsetid_asks_the_worker_to_drop_set_id_bit
     assert_eq!(calls, vec![("write_kill_suidgid", named); 8], "each part");
 
     // Another write flag (FUSE_WRITE_LOCKOWNER) asks for nothing.
-    let fs = Fs::new(Recorded::default(), config);
+    let fs = Fs::new(CallerLog::default(), config).unwrap();
     let plain = WriteFlags::from_request(0, 1 << 1);
     fs.write(user, ROOT_NODE, 1, 0, &data, plain).await.unwrap();
     assert_eq!(lock(&fs.service().calls).clone(), vec![("write", None); 8]);
 
     // An open that truncates names its caller; one that does not is a plain open.
-    let fs = Fs::new(Recorded::default(), config);
+    let fs = Fs::new(CallerLog::default(), config).unwrap();
     let trunc = (libc::O_WRONLY | libc::O_TRUNC) as u32;
     assert_eq!(fs.open(user, ROOT_NODE, trunc).await.unwrap().handle, 3);
     assert_eq!(
@@ -368,8 +384,8 @@ async fn every_part_of_a_write_without_fsetid_asks_the_worker_to_drop_set_id_bit
 
 #[tokio::test]
 async fn a_reply_that_does_not_fit_is_an_error_naming_its_operation() {
-    // `Recorded` answers a lookup with a flush result.
-    let fs = Fs::new(Recorded::default(), FsConfig::default());
+    // `CallerLog` answers a lookup with a flush result.
+    let fs = Fs::new(CallerLog::default(), FsConfig::default()).unwrap();
     let error = fs
         .lookup(caller(), ROOT_NODE, OsStr::new("x"))
         .await
@@ -452,7 +468,7 @@ async fn a_read_is_reassembled_in_order_ends_at_a_short_part_and_fails_on_a_fail
 
 #[tokio::test]
 async fn fstat_and_fchmod_of_a_file_unlinked_while_open_go_through_its_handle() {
-    let fs = Fs::new(ReachableOnlyByHandle::default(), FsConfig::default());
+    let fs = Fs::new(ReachableOnlyByHandle::default(), FsConfig::default()).unwrap();
     assert_eq!(
         fs.getattr(caller(), ROOT_NODE, None)
             .await
@@ -482,7 +498,11 @@ async fn fstat_and_fchmod_of_a_file_unlinked_while_open_go_through_its_handle() 
 struct ThreeFiles;
 
 impl FileService for ThreeFiles {
-    fn call(&self, op: Op) -> impl Future<Output = Result<ReplyResult, Error>> + Send {
+    fn call(
+        &self,
+        _request_id: Option<RequestId>,
+        op: Op,
+    ) -> impl Future<Output = Result<ReplyResult, Error>> + Send {
         let attr = |mode| {
             Some(v1::Attr {
                 mode,
@@ -518,7 +538,7 @@ impl FileService for ThreeFiles {
 #[tokio::test]
 async fn a_readdirplus_entry_counts_as_a_lookup_only_once_the_next_one_is_pulled() {
     let listed = |taken: usize| async move {
-        let fs = Fs::new(ThreeFiles, FsConfig::default());
+        let fs = Fs::new(ThreeFiles, FsConfig::default()).unwrap();
         let listing = fs.readdirplus(caller(), ROOT_NODE, 0).await.unwrap();
         let names: Vec<_> = listing
             .take(taken)
@@ -534,7 +554,7 @@ async fn a_readdirplus_entry_counts_as_a_lookup_only_once_the_next_one_is_pulled
     );
     assert_eq!(listed(3).await, (3, 1), "`.` and `..` are not lookups");
     assert_eq!(listed(4).await, (4, 1 + 1));
-    let fs = Fs::new(ThreeFiles, FsConfig::default());
+    let fs = Fs::new(ThreeFiles, FsConfig::default()).unwrap();
     let all: Vec<_> = fs
         .readdirplus(caller(), ROOT_NODE, 0)
         .await
@@ -552,7 +572,11 @@ async fn a_readdirplus_entry_counts_as_a_lookup_only_once_the_next_one_is_pulled
 struct PlainWrites;
 
 impl FileService for PlainWrites {
-    fn call(&self, op: Op) -> impl Future<Output = Result<ReplyResult, Error>> + Send {
+    fn call(
+        &self,
+        _request_id: Option<RequestId>,
+        op: Op,
+    ) -> impl Future<Output = Result<ReplyResult, Error>> + Send {
         let written = op.data_len() as u32;
         std::future::ready(Ok(ReplyResult::Write(v1::WriteReply { written })))
     }
@@ -560,7 +584,7 @@ impl FileService for PlainWrites {
 
 #[tokio::test]
 async fn a_write_that_must_drop_set_id_bits_refuses_a_plain_write_reply() {
-    let fs = Fs::new(PlainWrites, FsConfig::default());
+    let fs = Fs::new(PlainWrites, FsConfig::default()).unwrap();
     let killing = WriteFlags::from_request(0, FUSE_WRITE_KILL_SUIDGID);
     let error = fs
         .write(caller(), ROOT_NODE, 1, 0, b"data", killing)
@@ -572,4 +596,323 @@ async fn a_write_that_must_drop_set_id_bits_refuses_a_plain_write_reply() {
     );
     let plain = fs.write(caller(), ROOT_NODE, 1, 0, b"data", WriteFlags::default());
     assert_eq!(plain.await.unwrap(), 4);
+}
+
+/// A worker that logs every call as (request ID, operation) and answers it in full: reads
+/// with zeros, writes whole, opens with handle 3, attribute requests with an entry.
+#[derive(Default)]
+struct Logged {
+    calls: Mutex<Vec<(Option<RequestId>, Op)>>,
+}
+
+impl Logged {
+    /// The calls logged since the last take, ordered by request ID (parts run in parallel).
+    fn take(&self) -> Vec<(Option<RequestId>, Op)> {
+        let mut calls = std::mem::take(&mut *lock(&self.calls));
+        calls.sort_by_key(|(id, _)| id.map(|id| id.0));
+        calls
+    }
+}
+
+impl FileService for Logged {
+    fn call(
+        &self,
+        request_id: Option<RequestId>,
+        op: Op,
+    ) -> impl Future<Output = Result<ReplyResult, Error>> + Send {
+        let entry = |file| v1::Entry {
+            file,
+            attr: Some(v1::Attr::default()),
+        };
+        let result = match &op {
+            Op::Read(r) => ReplyResult::Read(v1::ReadReply {
+                data: Bytes::from(vec![0; r.size as usize]),
+            }),
+            Op::Write(w) => ReplyResult::Write(v1::WriteReply {
+                written: w.data.len() as u32,
+            }),
+            Op::Open(_) => ReplyResult::Open(v1::OpenReply {
+                handle: 3,
+                handle_lease_ms: 0,
+            }),
+            Op::Setattr(r) => ReplyResult::Setattr(entry(r.file)),
+            Op::RenewHandles(_) => ReplyResult::RenewHandles(v1::RenewHandlesReply::default()),
+            _ => ReplyResult::Flush(v1::Empty {}),
+        };
+        lock(&self.calls).push((request_id, op));
+        std::future::ready(Ok(result))
+    }
+}
+
+#[tokio::test]
+async fn a_request_served_again_by_a_successor_makes_the_same_calls_under_the_same_ids() {
+    let config = FsConfig {
+        call_data_bytes: PART,
+        ..FsConfig::default()
+    };
+    /// Serves a write, a read and a setattr as kernel requests `unique`, `unique + 2` and
+    /// `unique + 4`; the calls they made.
+    async fn serve(fs: &Fs<Logged>, unique: u64) -> Vec<(Option<RequestId>, Op)> {
+        let request = |unique| Caller { unique, ..caller() };
+        let data = vec![5u8; MAX_DATA_BYTES];
+        fs.write(
+            request(unique),
+            ROOT_NODE,
+            3,
+            0,
+            &data,
+            WriteFlags::default(),
+        )
+        .await
+        .unwrap();
+        fs.read(request(unique + 2), ROOT_NODE, 3, 0, MAX_DATA_BYTES as u32)
+            .await
+            .unwrap();
+        let times = SetAttrs {
+            atime: Some(SetTime::Now),
+            mtime: Some(SetTime::Now),
+            ..SetAttrs::default()
+        };
+        fs.setattr(request(unique + 4), ROOT_NODE, None, times)
+            .await
+            .unwrap();
+        fs.service().take()
+    }
+    let first = Fs::new(Logged::default(), config).unwrap();
+    first.open(caller(), ROOT_NODE, 0).await.unwrap();
+    first.service().take();
+    let by_first = serve(&first, 40).await;
+
+    // Eight parts of the write, eight of the read, one setattr: every ID derived from the
+    // nonce, the kernel's request ID and the call's index, and all different.
+    assert_eq!(by_first.len(), 17);
+    let nonce = first.nonce();
+    let mut expected: Vec<RequestId> = (0..8)
+        .map(|i| nonce.request_id(40, i))
+        .chain((0..8).map(|i| nonce.request_id(42, i)))
+        .chain([nonce.request_id(44, 0)])
+        .collect();
+    expected.sort_by_key(|id| id.0);
+    let ids: Vec<RequestId> = by_first.iter().map(|(id, _)| id.unwrap()).collect();
+    assert_eq!(ids, expected);
+    // UTIME_NOW goes as the worker's now, never as a time read here.
+    assert!(by_first.iter().any(|(_, op)| matches!(
+        op,
+        Op::Setattr(v1::SetattrRequest {
+            atime: Some(v1::SetTime {
+                time: Some(set_time::Time::Now(_))
+            }),
+            mtime: Some(v1::SetTime {
+                time: Some(set_time::Time::Now(_))
+            }),
+            ..
+        })
+    )));
+
+    // A successor with the handed-over state, served the same requests as resends (bit 63):
+    // the identical calls, byte for byte, under the identical IDs.
+    let successor = Fs::with_state(Logged::default(), config, &first.state());
+    let resent = 40 | fuse_wire::Unique::RESEND_BIT;
+    assert_eq!(serve(&successor, resent).await, by_first);
+
+    // A fresh connection has another nonce, so the same kernel IDs give other request IDs.
+    let other = Fs::new(Logged::default(), config).unwrap();
+    assert_ne!(other.nonce(), nonce);
+}
+
+#[tokio::test]
+async fn a_resent_request_is_never_interrupted_and_renewals_get_random_ids() {
+    let fs = Fs::new(Logged::default(), FsConfig::default()).unwrap();
+    let first = Caller {
+        unique: 8,
+        ..caller()
+    };
+    fs.interrupt(8);
+    let error = fs.flush(first, ROOT_NODE, 3, 0).await.unwrap_err();
+    assert_eq!(error.errno().raw(), libc::EINTR);
+
+    // Interrupted again, but resent: it was sent to the workers already, so it runs.
+    fs.interrupt(8);
+    let resent = Caller {
+        unique: 8 | fuse_wire::Unique::RESEND_BIT,
+        ..caller()
+    };
+    fs.flush(resent, ROOT_NODE, 3, 0).await.unwrap();
+    let calls = fs.service().take();
+    assert_eq!(calls.len(), 1);
+    assert_eq!(calls[0].0, Some(fs.nonce().request_id(8, 0)));
+
+    // A call made for no kernel request: no derived ID.
+    fs.open(caller(), ROOT_NODE, 0).await.unwrap();
+    fs.service().take();
+    fs.renew_handles().await.unwrap();
+    let calls = fs.service().take();
+    assert!(
+        matches!(calls[..], [(None, Op::RenewHandles(_))]),
+        "{calls:?}"
+    );
+}
+
+/// A worker with a few files: `a` (inode 10) to look up, `new` (inode 11, handle 5) to
+/// create, opens on handle 6, and a directory listing of 10, 12 and 13.
+#[derive(Default)]
+struct FewFiles;
+
+fn file_id(ino: u64) -> Option<v1::FileId> {
+    Some(v1::FileId {
+        ino,
+        inode_generation: ino + 100,
+    })
+}
+
+impl FileService for FewFiles {
+    fn call(
+        &self,
+        _request_id: Option<RequestId>,
+        op: Op,
+    ) -> impl Future<Output = Result<ReplyResult, Error>> + Send {
+        let entry = |ino| v1::Entry {
+            file: file_id(ino),
+            attr: Some(v1::Attr::default()),
+        };
+        let listed = |ino: u64| v1::DirEntry {
+            file: file_id(ino),
+            name: format!("f{ino}").into_bytes(),
+            file_type: libc::DT_REG.into(),
+            next_offset: ino,
+            attr: Some(v1::Attr::default()),
+        };
+        let result = match op {
+            Op::Lookup(_) => ReplyResult::Lookup(entry(10)),
+            Op::Create(_) => ReplyResult::Create(v1::CreateReply {
+                entry: Some(entry(11)),
+                handle: 5,
+                handle_lease_ms: 0,
+            }),
+            Op::Open(_) => ReplyResult::Open(v1::OpenReply {
+                handle: 6,
+                handle_lease_ms: 0,
+            }),
+            Op::Getattr(_) => ReplyResult::Getattr(entry(ROOT_INO)),
+            Op::Readdir(_) => ReplyResult::Readdir(v1::ReaddirReply {
+                entries: vec![listed(10), listed(12), listed(13)],
+                end: true,
+            }),
+            _ => ReplyResult::Release(v1::Empty {}),
+        };
+        std::future::ready(Ok(result))
+    }
+}
+
+/// A write-ahead that logs what it is told, `record` as `true` and `note` as `false`, and
+/// holds every `record` until the test lets it go.
+#[derive(Debug)]
+struct Journal {
+    told: Mutex<Vec<(bool, Vec<TableChange>)>>,
+    gate: tokio::sync::Semaphore,
+}
+
+impl Default for Journal {
+    fn default() -> Self {
+        Journal {
+            told: Mutex::default(),
+            gate: tokio::sync::Semaphore::new(0),
+        }
+    }
+}
+
+impl Journal {
+    fn take(&self) -> Vec<(bool, Vec<TableChange>)> {
+        std::mem::take(&mut *lock(&self.told))
+    }
+}
+
+impl WriteAhead for Journal {
+    fn record(&self, changes: Vec<TableChange>) -> Recorded<'_> {
+        Box::pin(async move {
+            lock(&self.told).push((true, changes));
+            if let Ok(permit) = self.gate.acquire().await {
+                permit.forget();
+            }
+        })
+    }
+
+    fn note(&self, changes: Vec<TableChange>) {
+        lock(&self.told).push((false, changes));
+    }
+}
+
+#[tokio::test]
+async fn new_nodes_and_handles_are_written_ahead_before_the_reply_and_the_rest_after() {
+    let fs = Arc::new(Fs::new(FewFiles, FsConfig::default()).unwrap());
+    let journal = Arc::new(Journal::default());
+    assert!(fs.write_ahead_to(journal.clone()));
+    assert!(!fs.write_ahead_to(journal.clone()), "set once");
+    let node = |ino: u64| TableChange::Node {
+        node: ino,
+        inode_generation: ino + 100,
+    };
+    let request = |unique| Caller { unique, ..caller() };
+
+    // A lookup of a node the kernel does not hold: no reply until the write-ahead is safe.
+    let lookup = tokio::spawn({
+        let fs = Arc::clone(&fs);
+        async move { fs.lookup(request(2), ROOT_NODE, OsStr::new("a")).await }
+    });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(!lookup.is_finished(), "the reply waits for the write-ahead");
+    assert_eq!(journal.take(), [(true, vec![node(10)])]);
+    journal.gate.add_permits(1);
+    lookup.await.unwrap().unwrap();
+
+    // Held already: nothing to write ahead; the gate stays shut and nothing waits.
+    fs.lookup(request(4), ROOT_NODE, OsStr::new("a"))
+        .await
+        .unwrap();
+    assert_eq!(journal.take(), []);
+
+    // CREATE hands over a node and a handle: one record naming the request.
+    journal.gate.add_permits(3);
+    let created = fs
+        .create(request(6), ROOT_NODE, OsStr::new("new"), 0o100644, 2)
+        .await
+        .unwrap();
+    let opened = |handle, ino, flags, unique| TableChange::Opened {
+        handle: HandleState {
+            handle,
+            file: FileId {
+                ino,
+                inode_generation: ino + 100,
+            },
+            flags,
+        },
+        unique,
+    };
+    assert_eq!(created.opened.handle, 5);
+    assert_eq!(
+        journal.take(),
+        [(true, vec![node(11), opened(5, 11, 2, 6)])]
+    );
+    fs.open(request(8), 10, 0).await.unwrap();
+    assert_eq!(journal.take(), [(true, vec![opened(6, 10, 0, 8)])]);
+
+    // READDIRPLUS: the entries the kernel does not hold, before the reply.
+    let listing = fs.readdirplus(request(10), ROOT_NODE, 0).await.unwrap();
+    assert_eq!(journal.take(), [(true, vec![node(12), node(13)])]);
+    assert_eq!(listing.count(), 5, ". .. and three entries");
+
+    // RELEASE and the last FORGET of a node: noted, nothing waits.
+    fs.release(request(12), 11, 5, 0).await.unwrap();
+    assert_eq!(
+        journal.take(),
+        [(false, vec![TableChange::Released { handle: 5 }])]
+    );
+    // Node 10 has three lookups (two LOOKUPs and the listing).
+    fs.forget(10, 2);
+    assert_eq!(journal.take(), []);
+    fs.forget(10, 1);
+    assert_eq!(
+        journal.take(),
+        [(false, vec![TableChange::Forgotten { node: 10 }])]
+    );
 }

@@ -176,7 +176,7 @@ fn after_another_node_claims_the_volume_every_operation_of_the_old_mount_fails()
     assert_eq!(before, after, "the fenced mount changed the volume's data");
 
     // Node B mounts with its epoch and sees A's last acknowledged write; A stays fenced.
-    let fs_b = Arc::new(Fs::new(client_b.with_epoch(epoch_b), FsConfig::default()));
+    let fs_b = Arc::new(Fs::new(client_b.with_epoch(epoch_b), FsConfig::default()).unwrap());
     let mount_b = rt.block_on(Mount::of(fs_b, &volume, &volume.mount_point("b")));
     let b = mount_b.path().to_owned();
     assert_eq!(fs::read(b.join("dir/f")).unwrap(), b"Written by A");

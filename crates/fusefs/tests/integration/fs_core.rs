@@ -24,7 +24,8 @@ static UNIQUE: AtomicU64 = AtomicU64::new(1000);
 /// caller, which an unprivileged worker can do only for its own user).
 fn next() -> Caller {
     Caller {
-        unique: UNIQUE.fetch_add(1, Ordering::SeqCst),
+        // As the kernel numbers requests: in steps of two, bit 0 marking an INTERRUPT.
+        unique: UNIQUE.fetch_add(2, Ordering::SeqCst),
         uid: rustix::process::geteuid().as_raw(),
         gid: rustix::process::getegid().as_raw(),
     }
@@ -46,7 +47,7 @@ fn with_worker(test: &'static str, timings: Timings, body: impl AsyncFnOnce(&Vol
 }
 
 fn fs_of(volume: &Volume, config: FsConfig) -> TestFs {
-    Fs::new(volume.client(), config)
+    Fs::new(volume.client(), config).unwrap()
 }
 
 #[test]
@@ -427,7 +428,7 @@ fn client_with(volume: &Volume, change: impl FnOnce(&mut ClientConfig)) -> TestF
             .credentials(fusefs::testing::TOKEN)
             .unwrap(),
     );
-    Fs::new(Client::new(config, transport), FsConfig::default())
+    Fs::new(Client::new(config, transport), FsConfig::default()).unwrap()
 }
 
 #[test]
@@ -477,7 +478,8 @@ fn each_failure_class_has_its_errno() {
                     HttpsTransport::with_credentials(&budgets, &credentials),
                 ),
                 FsConfig::default(),
-            );
+            )
+            .unwrap();
             assert_eq!(getattr(&fs).await, Some(libc::EACCES));
         },
     );

@@ -170,7 +170,7 @@ impl Mount {
         options: MountOptions,
     ) -> Mount {
         let (client, lease, lease_renewal) = claimed_client(volume, node, options).await;
-        let fs = Arc::new(Fs::new(client, options.fs));
+        let fs = Arc::new(Fs::new(client, options.fs).unwrap());
         let mut mount = Mount::of(fs, volume, path).await;
         mount.lease = lease;
         mount.lease_renewal = lease_renewal;
