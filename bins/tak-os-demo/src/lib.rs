@@ -14,11 +14,13 @@
 //!    the node's FUSE keeper, mount owner and kubelet-facing frontend start; the volume is
 //!    staged (one FUSE mount, the lease claimed) and published to two pods, written through one
 //!    and read through the other; the frontend is killed and restarted while a writer streams,
-//!    and then the mount owner is upgraded (SIGTERM: it hands the stage over to the keeper, the
-//!    next owner takes it back) while a writer streams, each with no error and the stream read
-//!    back whole, the same mount and the same lease epoch; then unpublished, unstaged (the
-//!    lease released); an owner killed without a hand-over ends its mount cleanly and a new
-//!    one cleans up; deleted, and the local volume released and deleted.
+//!    then the mount owner is upgraded (SIGTERM: it hands the stage over to the keeper, the
+//!    next owner takes it back) while a writer streams, and then killed (SIGKILL: a successor
+//!    takes the stage over from the keeper, the kernel resending what the dead owner had read)
+//!    while a writer streams, each with no error and the stream read back whole, the same
+//!    mount and the same lease epoch; then unpublished, unstaged (the lease released); owner
+//!    and keeper killed together end the mount cleanly and a new owner cleans up; deleted, and
+//!    the local volume released and deleted.
 //!
 //! The last line is `PASS` or `FAIL`. Afterwards every process is stopped, everything mounted
 //! is unmounted and the directory removed, unless `--keep` leaves the processes running.

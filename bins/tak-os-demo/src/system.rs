@@ -2,11 +2,12 @@
 //! and a follower) keeps its state on a local volume published to it as a trusted consumer;
 //! the controller creates an RWO volume; the node's frontend and mount owner (with a keeper
 //! holding copies of its FUSE connections) stage it and publish it to two pods; a writer
-//! streams through one publication while the frontend is killed and restarted, and again while
+//! streams through one publication while the frontend is killed and restarted, again while
 //! the mount owner is upgraded (it hands the stage over to the keeper, the next owner takes it
-//! back), and each stream is read back whole through the other publication; then everything is
-//! unpublished, unstaged (the lease released), an owner is killed without a hand-over, and
-//! everything is deleted and stopped.
+//! back), and again while the mount owner is killed (a successor takes the stage over from the
+//! keeper), and each stream is read back whole through the other publication; then everything
+//! is unpublished, unstaged (the lease released), owner and keeper are killed together (the
+//! mount ends cleanly), and everything is deleted and stopped.
 //!
 //! Every process is this executable run with a hidden subcommand (`serve-worker`,
 //! `serve-node`), serving the same library its own binary serves.
@@ -62,6 +63,8 @@ const CONTENT: &[u8] =
 const STREAM_FILE: &str = "stream.bin";
 /// The file the writer streams into while the mount owner is upgraded.
 const UPGRADE_STREAM_FILE: &str = "upgrade-stream.bin";
+/// The stream written while the mount owner is killed and its successor takes over.
+const CRASH_STREAM_FILE: &str = "crash-stream.bin";
 /// One write of the stream.
 const CHUNK_BYTES: usize = 64 << 10;
 /// The stream stops here even if the restart takes long.
@@ -687,6 +690,29 @@ pub async fn run(
         )
         .await?;
 
+    let written = report
+        .step(
+            "kill the mount owner (SIGKILL: no hand-over) while a writer streams: a successor takes the stage over",
+            crash_owner_under_writer(&files, processes, log_format, &restart.channel, &writer),
+        )
+        .await?;
+    report
+        .step(
+            "after the crash: the stream is whole, and the successor serves the stage",
+            async {
+                let done = published.stream_kept(CRASH_STREAM_FILE, written)?;
+                let taken = log_lines(&published.log, "took a handed-over stage back")?
+                    .into_iter()
+                    .rfind(|line| log_field(line, "crashed") == Some("true"))
+                    .ok_or_else(|| {
+                        "the owners' log shows no successor taking over a crashed owner's stage"
+                            .to_owned()
+                    })?;
+                Ok(done.detail(format!("the successor's log: {taken}")))
+            },
+        )
+        .await?;
+
     for (target, pod) in [(&writer, WRITER_POD), (&reader, READER_POD)] {
         report
             .step(
@@ -748,12 +774,12 @@ pub async fn run(
     Ok(())
 }
 
-/// What a user sees when the mount owner is killed without a hand-over (SIGKILL; a crash ends
-/// mounts the same way, as the crash hand-off is not built yet): the volume staged again (the
-/// released lease claimed at once), published, the owner killed while the keeper runs, the
-/// keeper dropping its copy at once so the target answers ENOTCONN (no caller hangs), a new
-/// owner started, and the dead stage unpublished and unstaged through it, the lease released
-/// with the epoch of the session record.
+/// What a user sees when the mount owner and the keeper die together (a node's processes all
+/// killed): the volume staged again (the released lease claimed at once), published, both
+/// killed, the last copy of the FUSE connection closed with them so the target answers
+/// ENOTCONN (no caller hangs), a keeper and a new owner started, and the dead stage
+/// unpublished and unstaged through it, the lease released with the epoch of the session
+/// record.
 ///
 /// The new owner is started while the demo holds no file on the mount (the dead read has
 /// returned): see [`upgrade_owner_under_writer`] for why that matters.
@@ -768,7 +794,7 @@ async fn owner_killed(
 ) -> Result<(), Failure> {
     let log = files.node("owner.log");
     report.say(format_args!(
-        "-- the mount owner killed without a hand-over (SIGKILL): its mounts end cleanly while the keeper runs (the crash hand-off is not built yet)"
+        "-- the mount owner and the keeper killed together (SIGKILL): nothing holds the FUSE connection, so its mounts end cleanly"
     ));
     let epoch = report
         .step(
@@ -797,26 +823,23 @@ async fn owner_killed(
         })
         .await?;
     let killed_at = Instant::now();
-    report.sync_step("kill the mount owner (SIGKILL: no hand-over)", || {
-        let owner = processes
-            .owner
-            .as_mut()
-            .ok_or_else(|| "the owner was not started".to_owned())?;
-        let pid = owner.pid();
-        owner.kill().map_err(|e| format!("{e:#}"))?;
-        processes.owner = None;
+    report.sync_step("kill the mount owner and the keeper (SIGKILL)", || {
+        let mut pids = Vec::new();
+        for process in [processes.owner.take(), processes.keeper.take()] {
+            let mut process = process.ok_or_else(|| "not started".to_owned())?;
+            pids.push(process.pid());
+            process.kill().map_err(|e| format!("{e:#}"))?;
+        }
         let seen = access_dead_mount(&target.join(FILE_NAME))?;
-        let dropped = log_lines(
-            &files.node("keeper.log"),
-            "the owner went without handing this stage over",
-        )?;
-        let dropped = dropped.last().ok_or_else(|| {
-            "the keeper's log does not show it letting go of the stage".to_owned()
-        })?;
-        Ok(Done::said(format!("pid {pid} killed"))
-            .detail(format!("the keeper's log: {dropped}"))
+        Ok(Done::said(format!("pids {pids:?} killed"))
             .detail(format!("a read through the pod's target: {seen}")))
     })?;
+    report
+        .step(
+            "start a new keeper",
+            start_keeper(files, processes, log_format),
+        )
+        .await?;
     report.sync_step("start a new mount owner", || {
         let metrics = processes
             .owner_metrics
@@ -1131,23 +1154,7 @@ async fn upgrade_owner_under_writer(
     frontend: &Channel,
     writer: &Path,
 ) -> Result<Done<u64>, String> {
-    let metrics = processes
-        .owner_metrics
-        .ok_or_else(|| "the owner's metrics address is unknown".to_owned())?;
-    // The successor is forked now, before the writer opens its file on the mount, and held at
-    // a start gate until the old owner has exited. Forked while the writer holds the file open,
-    // the new process would close its copy of that descriptor at `exec`, and that close sends
-    // a FUSE FLUSH, which waits for the connection's server. During the hand-over there is
-    // none, and the server to come is the very process stuck in `exec`: the spawn (which
-    // waits for the exec) would never return. So nothing is forked while the writer runs.
-    let gate = files.node("owner-successor.go");
-    let successor = ServiceProcess::spawn_self_gated(
-        "serve-node",
-        owner_args(files, metrics, log_format),
-        &files.node("owner.log"),
-        &gate,
-    )
-    .map_err(|e| format!("{e:#}"))?;
+    let (successor, gate) = gated_successor(files, processes, log_format, "upgrade")?;
     let new_pid = successor.pid();
     let stream = Writer::start(writer.join(UPGRADE_STREAM_FILE))?;
     tokio::time::sleep(STREAM_MARGIN).await;
@@ -1162,13 +1169,7 @@ async fn upgrade_owner_under_writer(
     // The old owner is gone either way (exited, or killed after the grace period): the
     // successor takes its place and is let go.
     processes.owner = Some(successor);
-    let ready = match std::fs::write(&gate, b"") {
-        Ok(()) => match processes.owner.as_mut() {
-            Some(owner) => until_ready(frontend, owner).await,
-            None => Err("the new owner is gone".to_owned()),
-        },
-        Err(e) => Err(format!("cannot let the new owner go ({gate:?}): {e}")),
-    };
+    let ready = let_go(&gate, processes, frontend).await;
     let ready_at = Instant::now();
     let stream = stream.finish(ready.is_ok()).await;
     match stopped.map_err(|e| format!("{e:#}"))? {
@@ -1196,6 +1197,107 @@ async fn upgrade_owner_under_writer(
         .detail(format!(
             "pid {new_pid} (started before the writer, held at a start gate) took the stage back; Probe through the frontend ready {:.1} ms after the SIGTERM (owner upgrade: SIGTERM to ready)",
             ms(ready_at - terminated_at)
+        ));
+    Ok(figures.into_iter().fold(done, Done::detail))
+}
+
+/// A new mount owner, started now and held at a start gate (its path returned) until
+/// [`let_go`]. It must be forked before a writer opens its file on the mount: forked while the
+/// writer holds the file open, the new process would close its copy of that descriptor at
+/// `exec`, and that close sends a FUSE FLUSH, which waits for the connection's server. While
+/// the old owner is gone there is none, and the server to come is the very process stuck in
+/// `exec`: the spawn (which waits for the exec) would never return. So nothing is forked while
+/// a writer runs.
+fn gated_successor(
+    files: &Files<'_>,
+    processes: &Processes,
+    log_format: &str,
+    what: &str,
+) -> Result<(ServiceProcess, PathBuf), String> {
+    let metrics = processes
+        .owner_metrics
+        .ok_or_else(|| "the owner's metrics address is unknown".to_owned())?;
+    let gate = files.node(&format!("owner-successor-{what}.go"));
+    let successor = ServiceProcess::spawn_self_gated(
+        "serve-node",
+        owner_args(files, metrics, log_format),
+        &files.node("owner.log"),
+        &gate,
+    )
+    .map_err(|e| format!("{e:#}"))?;
+    Ok((successor, gate))
+}
+
+/// Lets the owner held at `gate` (now `processes.owner`) go, and waits until Probe through the
+/// frontend says it is ready.
+async fn let_go(gate: &Path, processes: &mut Processes, frontend: &Channel) -> Result<(), String> {
+    std::fs::write(gate, b"")
+        .map_err(|e| format!("cannot let the new owner go ({gate:?}): {e}"))?;
+    match processes.owner.as_mut() {
+        Some(owner) => until_ready(frontend, owner).await,
+        None => Err("the new owner is gone".to_owned()),
+    }
+}
+
+/// Kills the mount owner (SIGKILL: no hand-over) while a writer streams through `writer`: the
+/// keeper keeps the stage for a successor, which takes it over with the tables written ahead,
+/// has the kernel resend what the dead owner had read, and serves on. The successor is
+/// started before the writer, held at a start gate (see [`upgrade_owner_under_writer`]).
+async fn crash_owner_under_writer(
+    files: &Files<'_>,
+    processes: &mut Processes,
+    log_format: &str,
+    frontend: &Channel,
+    writer: &Path,
+) -> Result<Done<u64>, String> {
+    let (successor, gate) = gated_successor(files, processes, log_format, "crash")?;
+    let new_pid = successor.pid();
+    let keeper_log = files.node("keeper.log");
+    let kept_before = log_lines(&keeper_log, "keeping it for a successor")?.len();
+    let stream = Writer::start(writer.join(CRASH_STREAM_FILE))?;
+    tokio::time::sleep(STREAM_MARGIN).await;
+    let old = processes
+        .owner
+        .as_mut()
+        .ok_or_else(|| "the owner was not started".to_owned())?;
+    let old_pid = old.pid();
+    let killed_at = Instant::now();
+    let killed = old.kill().map_err(|e| format!("{e:#}"));
+    processes.owner = Some(successor);
+    // The keeper sees the owner's socket close and keeps the stage; then the successor goes.
+    let kept = async {
+        killed?;
+        let deadline = Instant::now() + READY_WAIT;
+        loop {
+            let kept = log_lines(&keeper_log, "keeping it for a successor")?;
+            if kept.len() > kept_before {
+                return Ok(kept.last().cloned().unwrap_or_default());
+            }
+            if Instant::now() > deadline {
+                return Err("the keeper never said it kept the stage".to_owned());
+            }
+            tokio::time::sleep(POLL).await;
+        }
+    }
+    .await;
+    let ready = match kept {
+        Ok(_) => let_go(&gate, processes, frontend).await,
+        Err(e) => Err(e),
+    };
+    let ready_at = Instant::now();
+    let stream = stream.finish(ready.is_ok()).await;
+    ready.map_err(|e| format!("the successor (pid {new_pid}): {e}"))?;
+    let kept = log_lines(&keeper_log, "keeping it for a successor")?;
+    let stream = stream?;
+    let figures = stream.judged(killed_at, ready_at, &OWNER_CRASH)?;
+    let done = Done::new(stream.written)
+        .detail(format!(
+            "mount owner pid {old_pid} killed; the keeper's log: {}",
+            kept.last().map_or("", String::as_str)
+        ))
+        .detail(format!(
+            "pid {new_pid} (started before the writer, held at a start gate) took the stage over; Probe through the frontend ready {:.1} ms after the SIGKILL (owner crash: SIGKILL to ready)",
+            ms(ready_at - killed_at)
         ));
     Ok(figures.into_iter().fold(done, Done::detail))
 }
@@ -1356,6 +1458,13 @@ const FRONTEND_RESTART: Interruption = Interruption {
     during: "while the frontend was down",
     name: "the restart",
     shows: "kubelet's socket is not in the I/O path",
+};
+
+const OWNER_CRASH: Interruption = Interruption {
+    start: "the SIGKILL",
+    during: "during the take-over",
+    name: "the take-over",
+    shows: "requests the dead owner had read were resent to its successor",
 };
 
 const OWNER_UPGRADE: Interruption = Interruption {

@@ -84,10 +84,11 @@ fn the_demo_passes_and_leaves_nothing_behind() {
         "{dir:?}"
     );
     assert!(!dir.exists(), "{dir:?} was left behind");
-    // The driver, both workers, the keeper, three owners (the first, its successor after the
-    // upgrade, the one started after the kill) and both frontends.
+    // The driver, both workers, two keepers (the first, the one started after owner and keeper
+    // were killed together), four owners (the first, its successors after the upgrade and the
+    // crash, the one started after the last kill) and both frontends.
     let pids = pids(&stdout);
-    assert!(pids.len() >= 9, "{pids:?}:\n{stdout}");
+    assert!(pids.len() >= 11, "{pids:?}:\n{stdout}");
     let keeper: i32 = field(&stdout, "keeper pid ")
         .and_then(|pid| pid.parse().ok())
         .unwrap_or_else(|| panic!("no keeper pid:\n{stdout}"));
@@ -104,7 +105,11 @@ fn the_demo_passes_and_leaves_nothing_behind() {
         "upgrade the mount owner (SIGTERM: it hands the stage over to the keeper) while a writer streams ... ok",
         "after the upgrade: the stream is whole, and the new owner serves the stage it took back ... ok",
         "took a handed-over stage back",
-        "kill the mount owner (SIGKILL: no hand-over) ... ok",
+        "kill the mount owner (SIGKILL: no hand-over) while a writer streams: a successor takes the stage over ... ok",
+        "after the crash: the stream is whole, and the successor serves the stage ... ok",
+        "crashed=true",
+        "kill the mount owner and the keeper (SIGKILL) ... ok",
+        "start a new keeper ... ok",
         "mount lease released",
         "stop the keeper (SIGTERM) ... ok",
     ] {
@@ -122,6 +127,22 @@ fn the_demo_passes_and_leaves_nothing_behind() {
         assert!(
             upgrade.iter().any(|l| l.contains(figure)),
             "{figure:?} missing from the upgrade's figures {upgrade:#?}:\n{stdout}"
+        );
+    }
+    // The crash's figures, as the upgrade's.
+    let crash = details(
+        &stdout,
+        "kill the mount owner (SIGKILL: no hand-over) while",
+    );
+    for figure in [
+        "keeping it for a successor",
+        "(owner crash: SIGKILL to ready)",
+        "zero errors",
+        "longest pause between writes during the take-over",
+    ] {
+        assert!(
+            crash.iter().any(|l| l.contains(figure)),
+            "{figure:?} missing from the crash's figures {crash:#?}:\n{stdout}"
         );
     }
     let after = details(&stdout, "after the upgrade: the stream is whole");

@@ -11,6 +11,13 @@
 //! 3. The owner's resident memory per staged RWX volume at 1, 100 and 500 stages.
 //! 4. Worker calls per second spent on lease renewals with 500 RWO volumes staged, at the
 //!    default 20 s renewal interval (measured at a tenth of every timing and scaled back).
+//! 5. The write-ahead's cost: through an RWX stage of an owner with a keeper (in this process)
+//!    and one of an owner without, interleaved, p50 and p99 of creating and closing a new file
+//!    (CREATE writes a node and a handle ahead), of the first `stat` of a file the kernel does
+//!    not know yet (LOOKUP writes a node ahead) and of a repeated `stat` (nothing to write).
+//! 6. The hand-over with 1, 10 and 100 RWX stages: the old owner's `hand_over_all` (pause,
+//!    deposit with tables) and the next owner's `adopt_handed_over` (fetch, renew, adopt), and
+//!    their sum, the time from the old owner's last answer to the new owner's first.
 //!
 //! One worker serves every volume over loopback TLS, its state on a tmpfs. Without `--bench`
 //! (as `cargo test --benches` runs it) it does a short smoke run with small counts. Everything
@@ -43,6 +50,7 @@ use tak_os_node::owner::{Owner, OwnerConfig};
 
 /// How much of everything: the full run, or the smoke run.
 struct Sizes {
+    handover_levels: [usize; 3],
     rounds: usize,
     publish_levels: [usize; 2],
     memory_levels: [usize; 3],
@@ -51,6 +59,7 @@ struct Sizes {
 }
 
 const FULL: Sizes = Sizes {
+    handover_levels: [1, 10, 100],
     rounds: 50,
     publish_levels: [10, 1000],
     memory_levels: [1, 100, 500],
@@ -59,6 +68,7 @@ const FULL: Sizes = Sizes {
 };
 
 const SMOKE: Sizes = Sizes {
+    handover_levels: [1, 2, 3],
     rounds: 3,
     publish_levels: [2, 5],
     memory_levels: [1, 2, 4],
@@ -109,6 +119,24 @@ struct Bench {
     next: usize,
 }
 
+/// An owner of node `bench-node` with its kubelet root below `kubelet`, depositing with the
+/// keeper at `keeper` when given.
+fn owner_of(kubelet: &Path, credentials: &Path, keeper: Option<&Path>) -> Owner {
+    let mut config = OwnerConfig::new("bench-node");
+    config.kubelet_root = kubelet.to_owned();
+    config.budgets = lease_client::Budgets::default().scaled(SCALE);
+    config.lease = lease_client::LeaseConfig::default().scaled(SCALE);
+    config.keeper_socket = keeper.map(Path::to_owned);
+    let owner = Owner::new(
+        config,
+        Arc::new(mounter::LinuxMounter::new()),
+        Arc::new(DirectorySource::new(credentials)),
+    )
+    .unwrap();
+    owner.recover().unwrap();
+    owner
+}
+
 impl Bench {
     async fn start(dir: &Path) -> Bench {
         rustix::mount::mount(
@@ -140,17 +168,7 @@ impl Bench {
         let kubelet = dir.join("kubelet");
         fs::create_dir_all(kubelet.join("plugins")).unwrap();
         fs::create_dir_all(kubelet.join("pods")).unwrap();
-        let mut config = OwnerConfig::new("bench-node");
-        config.kubelet_root = kubelet.clone();
-        config.budgets = lease_client::Budgets::default().scaled(SCALE);
-        config.lease = lease_client::LeaseConfig::default().scaled(SCALE);
-        let owner = Owner::new(
-            config,
-            Arc::new(mounter::LinuxMounter::new()),
-            Arc::new(DirectorySource::new(&credentials)),
-        )
-        .unwrap();
-        owner.recover().unwrap();
+        let owner = owner_of(&kubelet, &credentials, None);
         let bench = Bench {
             dir: dir.to_owned(),
             worker,
@@ -461,5 +479,130 @@ async fn run(sizes: &Sizes) {
     for req in staged.drain(..) {
         bench.owner.unstage(&unstage(&req)).await.unwrap();
     }
+
+    // 5 and 6. The keeper: the write-ahead's cost, and the hand-over.
+    let socket = bench.dir.join("keeper.sock");
+    let (stop_keeper, stopped) = tokio::sync::oneshot::channel::<()>();
+    let keeper = tokio::spawn({
+        let socket = socket.clone();
+        async move {
+            tak_os_node::keeper::run_keeper(&socket, Default::default(), async {
+                let _ = stopped.await;
+            })
+            .await
+        }
+    });
+    while !socket.exists() {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    write_ahead(&mut bench, &socket, sizes.rounds).await;
+    hand_over(&mut bench, &socket, sizes.handover_levels).await;
+    let _ = stop_keeper.send(());
+    keeper.await.unwrap().unwrap();
     let _ = rustix::mount::unmount(scratch.path(), rustix::mount::UnmountFlags::DETACH);
+}
+
+/// Section 5: the same operations through a stage written ahead to the keeper and through one
+/// that is not, interleaved.
+async fn write_ahead(bench: &mut Bench, socket: &Path, rounds: usize) {
+    let kept = owner_of(&bench.kubelet, &bench.credentials, Some(socket));
+    let (kept_req, plain_req) = (
+        bench.volume(worker::AccessMode::Rwx),
+        bench.volume(worker::AccessMode::Rwx),
+    );
+    let plain = &bench.owner;
+    kept.stage(&kept_req).await.unwrap();
+    plain.stage(&plain_req).await.unwrap();
+    let roots = [
+        PathBuf::from(&kept_req.staging_target_path),
+        PathBuf::from(&plain_req.staging_target_path),
+    ];
+    let backing = |req: &NodeStageVolumeRequest| {
+        bench
+            .worker
+            .backing_dir()
+            .parent()
+            .unwrap()
+            .parent()
+            .unwrap()
+            .join(&req.volume_id)
+            .join("data")
+    };
+    let backings = [backing(&kept_req), backing(&plain_req)];
+    let mut samples: [[Samples; 3]; 2] = Default::default();
+    for round in 0..rounds * 4 {
+        for (side, root) in roots.iter().enumerate() {
+            let [create, first, again] = &mut samples[side];
+            let new = root.join(format!("new-{round}"));
+            create
+                .time(async || drop(fs::File::create(&new).unwrap()))
+                .await;
+            // Made behind the mount's back: the kernel does not know it yet.
+            fs::write(backings[side].join(format!("behind-{round}")), b"x").unwrap();
+            let behind = root.join(format!("behind-{round}"));
+            first.time(async || fs::metadata(&behind).unwrap()).await;
+            again.time(async || fs::metadata(&behind).unwrap()).await;
+        }
+    }
+    println!("\n## The write-ahead's cost (ms), {} rounds\n", rounds * 4);
+    println!(
+        "| operation | with the keeper p50 | p99 | without p50 | p99 |\n|---|---|---|---|---|"
+    );
+    for (at, what) in [
+        "create + close a new file (CREATE: a node and a handle written ahead)",
+        "first stat of a file made behind the mount (LOOKUP: a node written ahead)",
+        "repeated stat (LOOKUP of a node the kernel holds: nothing written)",
+    ]
+    .iter()
+    .enumerate()
+    {
+        let (with, without) = (&samples[0][at], &samples[1][at]);
+        println!(
+            "| {what} | {:.3} | {:.3} | {:.3} | {:.3} |",
+            ms(with.quantile(0.5)),
+            ms(with.quantile(0.99)),
+            ms(without.quantile(0.5)),
+            ms(without.quantile(0.99))
+        );
+    }
+    kept.unstage(&unstage(&kept_req)).await.unwrap();
+    plain.unstage(&unstage(&plain_req)).await.unwrap();
+}
+
+/// Section 6: an owner with `level` stages hands them over; the next owner takes them back.
+async fn hand_over(bench: &mut Bench, socket: &Path, levels: [usize; 3]) {
+    println!("\n## The hand-over (ms)\n");
+    println!(
+        "| stages | hand_over_all (old owner) | adopt_handed_over (new owner) | last answer to first answer |"
+    );
+    println!("|---|---|---|---|");
+    for level in levels {
+        let old = owner_of(&bench.kubelet, &bench.credentials, Some(socket));
+        let mut staged = Vec::new();
+        for _ in 0..level {
+            let req = bench.volume(worker::AccessMode::Rwx);
+            old.stage(&req).await.unwrap();
+            staged.push(req);
+        }
+        let started = Instant::now();
+        let report = old.hand_over_all().await;
+        let handed = started.elapsed();
+        assert_eq!((report.handed_over, report.failed), (level, 0));
+        drop(old);
+        let new = owner_of(&bench.kubelet, &bench.credentials, Some(socket));
+        let started = Instant::now();
+        let adopted = new.adopt_handed_over().await;
+        let taken = started.elapsed();
+        assert_eq!(adopted, level);
+        println!(
+            "| {level} | {:.1} | {:.1} | {:.1} |",
+            ms(handed),
+            ms(taken),
+            ms(handed + taken)
+        );
+        for req in &staged {
+            let _ = fs::metadata(&req.staging_target_path).unwrap();
+            new.unstage(&unstage(req)).await.unwrap();
+        }
+    }
 }

@@ -77,6 +77,12 @@ pub struct Cli {
     #[arg(long, env = "TAK_OS_KEEPER_SOCKET")]
     pub keeper_socket: Option<PathBuf>,
 
+    /// Keeper mode: end the connections of an owner that dies without handing them over at
+    /// once, as on kernels without FUSE_NOTIFY_RESEND (before Linux 6.9), instead of keeping
+    /// them for a successor to take over.
+    #[arg(long, env = "TAK_OS_KEEPER_NO_RESEND")]
+    pub no_resend: bool,
+
     /// How long an owner told to stop waits for the requests in flight on its FUSE
     /// connections before handing them to the keeper, in seconds.
     #[arg(long, env = "TAK_OS_HANDOFF_DEADLINE_SECONDS", default_value_t = 10.0)]
@@ -120,6 +126,8 @@ pub enum Credentials {
 pub struct Config {
     /// Keeper mode: listen on `owner.keeper_socket`, nothing else.
     pub keeper: bool,
+    /// Keeper mode: end a dead owner's connections at once, never keep them for a successor.
+    pub no_resend: bool,
     /// Where to serve CSI.
     pub endpoint: UnixEndpoint,
     /// In frontend mode, the mount owner's socket.
@@ -186,6 +194,9 @@ impl Cli {
             }
             None => None,
         };
+        if self.no_resend && !self.keeper {
+            return Err(bad("--no-resend", "is a keeper option (--keeper)"));
+        }
         if self.keeper {
             if keeper_socket.is_none() {
                 return Err(bad("--keeper", "needs --keeper-socket"));
@@ -257,6 +268,7 @@ impl Cli {
         owner.handoff_deadline = handoff_deadline;
         Ok(Config {
             keeper: self.keeper,
+            no_resend: self.no_resend,
             endpoint,
             mount_service,
             driver_name: self.driver_name.clone(),

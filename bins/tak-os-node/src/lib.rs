@@ -154,7 +154,10 @@ pub fn serve(config: Config) -> anyhow::Result<()> {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?;
-        return runtime.block_on(keeper::run_keeper(&socket, async {
+        let options = keeper::KeeperOptions {
+            resend: !config.no_resend,
+        };
+        return runtime.block_on(keeper::run_keeper(&socket, options, async {
             let signal = observe::shutdown_signal().await;
             tracing::info!(signal, "shutting down");
         }));

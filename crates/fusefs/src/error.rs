@@ -35,6 +35,13 @@ pub enum Error {
     /// The kernel interrupted the request before anything was sent for it.
     #[error("interrupted before it was sent")]
     Interrupted,
+    /// A mutation the kernel resent after its owner died came after the deadline for
+    /// repeating it: it may or may not have been applied, and is not sent again.
+    #[error("{op} was resent after the window for repeating it safely")]
+    ResendTooLate {
+        /// The operation.
+        op: &'static str,
+    },
 }
 
 /// A bounded kind of failure, for logs and metric labels.
@@ -86,6 +93,7 @@ impl Error {
             Error::StaleNode { .. } => Errno::clamped(libc::ESTALE),
             Error::MalformedReply { .. } => Errno::clamped(libc::EIO),
             Error::Interrupted => Errno::clamped(libc::EINTR),
+            Error::ResendTooLate { .. } => Errno::clamped(libc::EIO),
         }
     }
 
@@ -113,6 +121,7 @@ impl Error {
             },
             Error::StaleNode { .. } | Error::Interrupted => ErrorClass::Kernel,
             Error::MalformedReply { .. } => ErrorClass::Protocol,
+            Error::ResendTooLate { .. } => ErrorClass::Uncertain,
         }
     }
 

@@ -204,8 +204,8 @@ pub struct Config {
     /// Durations.
     pub timings: Timings,
     /// How many replies each volume's reply cache may hold (131,072). Replies are kept for
-    /// twice the call budget; only a faster stream of mutations than this many per retention
-    /// makes the oldest go early (logged), after which a late retry of one applies again.
+    /// four call budgets and never dropped early: a faster stream of mutations than this many
+    /// per retention is refused `BUSY` (logged once) until the oldest age out.
     pub dedup_capacity: usize,
     /// After how many journal records a volume writes a checkpoint (1024).
     pub compact_after: usize,

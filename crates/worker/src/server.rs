@@ -246,11 +246,13 @@ fn ms(d: std::time::Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
 }
 
-/// The reply retention every reply states: a retry reaches the worker at most one call budget
-/// after the first attempt, and a successor owner repeats a crashed owner's calls within the
-/// retention it was told (see the node's HANDOFF.md).
+/// The reply retention every reply states: four call budgets. A client's own retry reaches the
+/// worker at most one call budget after the first attempt; the successor of a crashed mount
+/// owner repeats the dead owner's calls later, within the retention minus two call budgets and
+/// a second from the crash (the node's HANDOFF.md, section 7), which leaves it one budget and
+/// a bit.
 fn retention_ms(config: &Config) -> u64 {
-    ms(config.timings.call_budget).saturating_mul(2)
+    ms(config.timings.call_budget).saturating_mul(4)
 }
 
 fn options(config: &Config) -> VolumeOptions {

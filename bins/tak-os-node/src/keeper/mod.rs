@@ -13,9 +13,12 @@
 //! ahead to the keeper ([`protocol::Request::Journal`], [`tables`]) before the reply that
 //! hands it over, so the keeper's tables always hold what the kernel may name.
 //!
-//! An owner that goes without handing over (SIGKILL, OOM) leaves its requests unanswered: the
-//! keeper then drops that owner's copies, which ends those connections (callers get
-//! `ENOTCONN`, and NodeUnpublishVolume and NodeUnstageVolume clean up) rather than leaving
+//! An owner that goes without handing over (SIGKILL, OOM) leaves its requests unanswered. When
+//! the kernel can resend them (`FUSE_NOTIFY_RESEND`), the keeper keeps the stage for a
+//! successor until deadline D; the successor takes it over with the tables written ahead and
+//! has the kernel resend what the dead owner had read. At D, with `--no-resend`, or on an older
+//! kernel, the keeper drops that owner's copies instead, which ends those connections (callers
+//! get `ENOTCONN`, and NodeUnpublishVolume and NodeUnstageVolume clean up) rather than leaving
 //! callers waiting. If the keeper restarts, the owner deposits every stage again.
 //!
 //! Why a keeper of its own rather than the frontend, and its privileges:
@@ -27,4 +30,4 @@ pub mod server;
 pub mod tables;
 
 pub use client::{Fetched, KeeperError, KeeperLink};
-pub use server::run_keeper;
+pub use server::{KeeperOptions, run_keeper};

@@ -11,10 +11,12 @@
 //! every change to those tables ahead ([`Request::Journal`]), so that the keeper's tables hold
 //! every node and handle the kernel was given.
 //!
-//! Compatibility within version 1: `Deposit::tables` and `Request::Journal` came later. A
-//! deposit without `tables` (an older owner) carries no memfd unless handed over; a keeper
-//! that does not know `journal` refuses it, and the owner then serves on without writing
-//! ahead, as it would without a keeper.
+//! Compatibility within version 1: `Deposit::tables`, the deposit's retention and call budget,
+//! `Deposit::resend_window_ms` and `Request::Journal` came later, all optional on the wire. A
+//! deposit without `tables` (an older owner) carries no memfd unless handed over, and one
+//! without a retention is never kept after its owner dies; a keeper that does not know
+//! `journal` refuses it, and the owner then serves on without writing ahead, as it would
+//! without a keeper.
 
 use std::collections::BTreeMap;
 use std::io;
@@ -107,6 +109,17 @@ pub struct Deposit {
     /// [`Request::Journal`].
     #[serde(default)]
     pub tables: bool,
+    /// The reply retention the volume's workers state, in milliseconds; 0 when not known.
+    #[serde(default)]
+    pub reply_retention_ms: u64,
+    /// The owner's call budget, in milliseconds.
+    #[serde(default)]
+    pub call_budget_ms: u64,
+    /// In a fetch answer only: the owner of this stage died without handing it over, and a
+    /// successor may take it over and repeat the dead owner's mutations for this many more
+    /// milliseconds (until deadline D); the keeper ends the connection then.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resend_window_ms: Option<u64>,
 }
 
 /// One change to a stage's tables ([`fusefs::TableChange`] on the wire).
@@ -231,6 +244,23 @@ pub fn decode<T: for<'de> Deserialize<'de>>(payload: &[u8]) -> Result<T, Protoco
 }
 
 impl Deposit {
+    /// How long after the death of its owner a successor may still repeat the owner's
+    /// mutations of this stage: the workers' reply retention, less two call budgets (a kernel
+    /// request's calls all start within one budget of its first and each ends within one,
+    /// so the replies a dead owner was given are at most two budgets old when it dies), less
+    /// a second of margin. `None` when a successor cannot take over after a crash: the kernel
+    /// has no `FUSE_NOTIFY_RESEND`, the retention is not known, or it leaves no time.
+    pub fn crash_window(&self, record: &fuse_wire::InitRecord) -> Option<std::time::Duration> {
+        if !record.has_resend() || self.reply_retention_ms == 0 {
+            return None;
+        }
+        let window = self
+            .reply_retention_ms
+            .checked_sub(self.call_budget_ms.checked_mul(2)?)?
+            .checked_sub(1_000)?;
+        (window > 0).then(|| std::time::Duration::from_millis(window))
+    }
+
     /// How many descriptors travel with this deposit.
     pub fn descriptors(&self) -> usize {
         if self.handed_over || self.tables {
@@ -306,7 +336,7 @@ pub fn hex_encode(bytes: &[u8]) -> String {
     out
 }
 
-fn hex_decode(text: &str) -> Option<Vec<u8>> {
+pub(crate) fn hex_decode(text: &str) -> Option<Vec<u8>> {
     if !text.len().is_multiple_of(2) {
         return None;
     }
@@ -489,6 +519,9 @@ mod tests {
             context: BTreeMap::from([("generation".to_owned(), "7".to_owned())]),
             handed_over,
             tables: handed_over,
+            reply_retention_ms: 60_000,
+            call_budget_ms: 15_000,
+            resend_window_ms: None,
         }
     }
 

@@ -7,7 +7,7 @@ use std::future::Future;
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use fdpass::{AsyncChannel, AsyncListener, Listener};
@@ -23,14 +23,37 @@ struct Held {
     fuse: OwnedFd,
     /// Its tables, when the deposit came with them.
     tables: Option<Tables>,
-    /// The connection of the owner that serves it; `None` once handed over.
+    /// The connection of the owner that serves it; `None` once handed over, or once that
+    /// owner died.
     owner: Option<u64>,
+    /// When the owner died without handing the stage over and a successor may take it over:
+    /// the deadline D after which the keeper ends the connection.
+    orphaned_until: Option<Instant>,
+    /// Which deposit this is (deposits replace each other at one staging path).
+    serial: u64,
+}
+
+/// How the keeper treats a stage whose owner dies without handing it over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KeeperOptions {
+    /// Keep it for a successor until deadline D when the kernel can resend the requests the
+    /// dead owner had read (`FUSE_NOTIFY_RESEND`); `false` ends it at once, as on kernels
+    /// without resend (`--no-resend`).
+    pub resend: bool,
+}
+
+impl Default for KeeperOptions {
+    fn default() -> Self {
+        KeeperOptions { resend: true }
+    }
 }
 
 /// Everything the keeper holds, by staging path.
 #[derive(Debug, Default)]
 struct Keeper {
     held: Mutex<HashMap<PathBuf, Held>>,
+    options: KeeperOptions,
+    serials: std::sync::atomic::AtomicU64,
 }
 
 /// Serves the keeper on `socket` until `shutdown` resolves. A stale socket file left at the
@@ -39,14 +62,21 @@ struct Keeper {
 ///
 /// When it returns, every copy it held closes with the process: a stage an owner still serves
 /// goes on, and a handed-over stage whose owner has not taken it back ends.
-pub async fn run_keeper(socket: &Path, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
+pub async fn run_keeper(
+    socket: &Path,
+    options: KeeperOptions,
+    shutdown: impl Future<Output = ()>,
+) -> anyhow::Result<()> {
     csi_proto::remove_stale_socket(socket)
         .with_context(|| format!("cannot replace the socket file at {socket:?}"))?;
     let listener = Listener::bind(socket)
         .and_then(AsyncListener::new)
         .with_context(|| format!("cannot listen on {socket:?}"))?;
-    tracing::info!(socket = %socket.display(), version = env!("CARGO_PKG_VERSION"), "keeping FUSE connections");
-    let keeper = Arc::new(Keeper::default());
+    tracing::info!(socket = %socket.display(), resend = options.resend, version = env!("CARGO_PKG_VERSION"), "keeping FUSE connections");
+    let keeper = Arc::new(Keeper {
+        options,
+        ..Keeper::default()
+    });
     let mut connections = tokio::task::JoinSet::new();
     let mut next = 0u64;
     let mut shutdown = std::pin::pin!(shutdown);
@@ -119,7 +149,7 @@ impl Keeper {
                 break;
             }
         }
-        self.disconnected(connection);
+        self.clone().disconnected(connection);
     }
 
     async fn answer(
@@ -182,6 +212,10 @@ impl Keeper {
             fuse,
             tables,
             owner,
+            orphaned_until: None,
+            serial: self
+                .serials
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed),
         };
         if let Some(earlier) = self.lock().insert(staging, held)
             && earlier.owner.is_some_and(|o| o != connection)
@@ -240,6 +274,10 @@ impl Keeper {
                     Ok(fds) => {
                         let mut deposit = held.deposit.clone();
                         deposit.tables = held.tables.is_some();
+                        deposit.resend_window_ms = held.orphaned_until.map(|until| {
+                            let left = until.saturating_duration_since(Instant::now());
+                            u64::try_from(left.as_millis()).unwrap_or(u64::MAX)
+                        });
                         Some((deposit, fds))
                     }
                     Err(error) => {
@@ -262,25 +300,80 @@ impl Keeper {
     }
 
     /// An owner's connection closed: the stages it served and did not hand over have
-    /// requests nobody will answer. Dropping their copies ends those connections (if no other
-    /// copy is open), so callers get `ENOTCONN` instead of waiting forever.
-    fn disconnected(&self, connection: u64) {
+    /// requests nobody will answer. When a successor can take one over (the kernel resends
+    /// the dead owner's requests, and the workers' retention leaves time: see
+    /// [`Deposit::crash_window`]), the keeper keeps it until deadline D and ends it then if
+    /// nobody took it; otherwise it drops the copies at once, which ends the connection (if no
+    /// other copy is open), so callers get `ENOTCONN` instead of waiting forever.
+    fn disconnected(self: Arc<Self>, connection: u64) {
         let mut held = self.lock();
         let orphans: Vec<PathBuf> = held
             .iter()
             .filter(|(_, h)| h.owner == Some(connection))
             .map(|(staging, _)| staging.clone())
             .collect();
+        let mut kept = 0;
         for staging in &orphans {
-            if let Some(gone) = held.remove(staging) {
-                tracing::warn!(
-                    connection,
-                    volume = %gone.deposit.volume_id,
-                    staging = %staging.display(),
-                    "the owner went without handing this stage over: its connection ends until NodeUnpublishVolume and NodeUnstageVolume clean it up"
-                );
+            let Some(stage) = held.get_mut(staging) else {
+                continue;
+            };
+            let window = protocol::hex_decode(&stage.deposit.record)
+                .and_then(|bytes| fuse_wire::InitRecord::decode(&bytes).ok())
+                .and_then(|record| stage.deposit.crash_window(&record))
+                .filter(|_| self.options.resend && stage.tables.is_some());
+            match window {
+                Some(window) => {
+                    kept += 1;
+                    stage.owner = None;
+                    stage.orphaned_until = Some(Instant::now() + window);
+                    tracing::warn!(
+                        connection,
+                        volume = %stage.deposit.volume_id,
+                        staging = %staging.display(),
+                        seconds = window.as_secs_f64(),
+                        "the owner went without handing this stage over: keeping it for a successor"
+                    );
+                    let keeper = Arc::clone(&self);
+                    let (staging, serial) = (staging.clone(), stage.serial);
+                    tokio::spawn(async move {
+                        tokio::time::sleep(window).await;
+                        keeper.expire(&staging, serial);
+                    });
+                }
+                None => {
+                    if let Some(gone) = held.remove(staging) {
+                        tracing::warn!(
+                            connection,
+                            volume = %gone.deposit.volume_id,
+                            staging = %staging.display(),
+                            "the owner went without handing this stage over: its connection ends until NodeUnpublishVolume and NodeUnstageVolume clean it up"
+                        );
+                    }
+                }
             }
         }
-        tracing::info!(connection, ended = orphans.len(), "an owner disconnected");
+        tracing::info!(
+            connection,
+            ended = orphans.len() - kept,
+            kept,
+            "an owner disconnected"
+        );
+    }
+
+    /// Deadline D of a stage kept after its owner died: unless a successor took it over
+    /// (deposited it again), its connection ends now.
+    fn expire(&self, staging: &Path, serial: u64) {
+        let mut held = self.lock();
+        if held
+            .get(staging)
+            .is_some_and(|h| h.serial == serial && h.orphaned_until.is_some())
+            && let Some(gone) = held.remove(staging)
+        {
+            tracing::warn!(
+                volume = %gone.deposit.volume_id,
+                staging = %staging.display(),
+                "no successor took over the stage of an owner that died: its connection ends until NodeUnpublishVolume and NodeUnstageVolume clean it up"
+            );
+        }
     }
 }

@@ -5,7 +5,7 @@
 use std::os::fd::AsFd as _;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use lease_client::protocol::MountEpoch;
 use mounter::MountIdentity;
@@ -29,6 +29,20 @@ pub struct HandOverReport {
     pub failed: usize,
 }
 
+/// The reply retention `fs`'s workers state, asked for with a `statfs` when no reply has
+/// stated it yet; `None` when they do not answer (the keeper then ends the stage's connection
+/// if this owner dies, as without resend).
+async fn retention(fs: &fusefs::Fs<WorkerClient>) -> Option<Duration> {
+    let client = fs.service();
+    if client.reply_retention().is_none() {
+        let statfs = lease_client::v1::request::Op::Statfs(lease_client::v1::StatfsRequest {});
+        if let Err(error) = client.call(statfs).await {
+            tracing::warn!(error = %error_text::chain(&error), "the workers did not state their reply retention");
+        }
+    }
+    client.reply_retention()
+}
+
 impl Owner {
     /// The write-ahead of a new stage's tables, set on its filesystem, when there is a keeper.
     pub(crate) fn journal_of(
@@ -47,13 +61,16 @@ impl Owner {
         Some(journal)
     }
 
-    /// The keeper's record of `stage`, which comes with its tables.
+    /// The keeper's record of `stage`, which comes with its tables; `retention` is the reply
+    /// retention its workers stated.
     fn deposit_of(
         &self,
         stage: &Stage,
         record: &fuse_wire::InitRecord,
+        retention: Option<Duration>,
         handed_over: bool,
     ) -> Deposit {
+        let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
         Deposit {
             volume_id: stage.volume_id.clone(),
             staging: stage.staging.clone(),
@@ -66,6 +83,9 @@ impl Owner {
                 .collect(),
             handed_over,
             tables: true,
+            reply_retention_ms: retention.map_or(0, ms),
+            call_budget_ms: ms(self.config.budgets.call),
+            resend_window_ms: None,
         }
     }
 
@@ -84,7 +104,7 @@ impl Owner {
         else {
             return;
         };
-        let deposit = self.deposit_of(stage, record, false);
+        let deposit = self.deposit_of(stage, record, retention(mount.fs()).await, false);
         let snapshot = || StageState(mount.fs().state());
         if let Err(error) = journal.deposit(&deposit, fd, snapshot).await {
             tracing::warn!(
@@ -206,7 +226,8 @@ impl Owner {
             }
         }
         stage.refresh.abort();
-        let deposit = self.deposit_of(stage, &handover.connection.record, true);
+        let retention = handover.fs.service().reply_retention();
+        let deposit = self.deposit_of(stage, &handover.connection.record, retention, true);
         let deposited = match &stage.journal {
             Some(journal) => {
                 let snapshot = || StageState(handover.fs.state());
@@ -261,7 +282,8 @@ impl Owner {
         };
         let mut adopted = 0;
         for fetched in fetched {
-            if !fetched.deposit.handed_over {
+            let crashed = fetched.deposit.resend_window_ms.is_some();
+            if !fetched.deposit.handed_over && !crashed {
                 // Served by an owner that is still connected to the keeper.
                 continue;
             }
@@ -279,6 +301,7 @@ impl Owner {
                         volume = %volume,
                         epoch = ?stage.lease.as_ref().map(|l| l.lease.epoch().to_string()),
                         seconds = started.elapsed().as_secs_f64(),
+                        crashed,
                         "took a handed-over stage back"
                     );
                     self.deposit(&stage).await;
@@ -367,7 +390,27 @@ impl Owner {
                 )
             }
         };
-        let fs = Arc::new(fusefs::Fs::with_state(client, self.config.fs, &state.0));
+        let mut state = state.0;
+        let crashed = deposit.resend_window_ms.map(Duration::from_millis);
+        if crashed.is_some() {
+            // The kernel's lookup counts died with the owner: every node it may hold stays
+            // until unmount (a FORGET never takes the count to zero).
+            for node in &mut state.nodes {
+                node.lookups = u64::MAX;
+            }
+        }
+        let fs = Arc::new(fusefs::Fs::with_state(client, self.fs_config(), &state));
+        if let Some(window) = crashed {
+            fs.resend_until(Instant::now() + window);
+            // Before anything reads the connection: the requests the dead owner had read come
+            // again, marked as resent.
+            fuse_session::notify_resend(fuse.as_fd(), &record).map_err(|source| {
+                refused(format!(
+                    "FUSE_NOTIFY_RESEND failed: {}",
+                    error_text::chain(&source)
+                ))
+            })?;
+        }
         let journal = self.journal_of(&fs, &deposit.staging, &volume_id);
         let connection = fuse_session::Paused { fd: fuse, record };
         let mounted = fusefs::adopt(

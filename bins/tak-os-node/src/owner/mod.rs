@@ -189,6 +189,17 @@ impl Stage {
     }
 }
 
+impl Owner {
+    /// The filesystem configuration of a stage: the configured one, with the call budget of
+    /// the owner's client (a kernel request starts no call later than that after its first).
+    pub(crate) fn fs_config(&self) -> fusefs::FsConfig {
+        fusefs::FsConfig {
+            call_budget: self.config.budgets.call,
+            ..self.config.fs
+        }
+    }
+}
+
 impl Drop for Stage {
     fn drop(&mut self) {
         self.refresh.abort();

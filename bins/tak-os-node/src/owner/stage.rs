@@ -314,7 +314,7 @@ impl Owner {
                 (lease.client().clone(), Some((lease, grant)))
             }
         };
-        let mounted = match fusefs::Fs::new(client, self.config.fs) {
+        let mounted = match fusefs::Fs::new(client, self.fs_config()) {
             Ok(fs) => fusefs::mount(Arc::new(fs), &volume_id, staging).await,
             Err(nonce) => Err(fusefs::MountError::from(nonce)),
         };

@@ -1,8 +1,10 @@
 //! Mounts that survive the mount owner: a keeper process holds a copy of every stage's FUSE
 //! connection; an owner told to stop (SIGTERM) hands its stages over and the next owner
-//! process takes them back. Five upgrades under verified I/O lose nothing; an owner killed
-//! without a hand-off ends its mounts cleanly (no caller waits forever), as do owner and
-//! keeper killed together; a restarted keeper is given every stage again; every node and
+//! process takes them back. Five upgrades under verified I/O lose nothing; five owner kills
+//! under verified I/O are ridden through by successors (the kernel resends what the dead owner
+//! had read); an owner killed with nobody to take over ends its mounts cleanly at deadline D,
+//! at once with the no-resend switch (no caller waits forever), as do owner and keeper killed
+//! together; a restarted keeper is given every stage again; every node and
 //! handle the kernel is given reaches the keeper's tables before the reply; and what the
 //! keeper refuses changes nothing.
 //!
@@ -22,42 +24,52 @@ use tak_os_node::keeper::protocol::{self, Answer, Deposit, Request};
 
 use crate::crash::{client_of, spawn_owner_with};
 use crate::support::{
-    Cluster, ServerProcess, VerifiedStream, epoch_of, mount_id, mounts_under, privileged,
+    Cluster, NodeSide, ServerProcess, VerifiedStream, epoch_of, mount_id, mounts_under, privileged,
     publish_request, stage_request, unpublish_request, unstage_request,
 };
 
 const CHILD_ENV: &str = "TAK_OS_NODE_TEST_KEEPER";
 
 /// Not a test on its own: the hand-off tests re-execute this binary to run a keeper in a child
-/// process. `TAK_OS_NODE_TEST_KEEPER` holds the keeper's socket.
+/// process. `TAK_OS_NODE_TEST_KEEPER` holds the keeper's socket, and a second line of extra
+/// arguments (`--no-resend`).
 #[test]
 #[ignore = "a helper process of the hand-off tests"]
 fn child_keeper_process() {
-    let Ok(socket) = std::env::var(CHILD_ENV) else {
+    let Ok(spec) = std::env::var(CHILD_ENV) else {
         return;
     };
+    let mut lines = spec.lines();
+    let socket = lines.next().unwrap().to_owned();
     observe::init_logging(observe::LogFormat::Text);
-    let config = <Cli as clap::Parser>::try_parse_from([
-        "tak-os-node",
-        "--keeper",
-        "--keeper-socket",
-        &socket,
-        "--metrics-address",
-        "",
-    ])
-    .unwrap()
-    .config()
-    .unwrap();
+    let mut args = vec![
+        "tak-os-node".to_owned(),
+        "--keeper".to_owned(),
+        "--keeper-socket".to_owned(),
+        socket,
+        "--metrics-address".to_owned(),
+        String::new(),
+    ];
+    args.extend(lines.filter(|l| !l.is_empty()).map(str::to_owned));
+    let config = <Cli as clap::Parser>::try_parse_from(args)
+        .unwrap()
+        .config()
+        .unwrap();
     tak_os_node::serve(config).unwrap();
 }
 
 /// A keeper process on `<dir>/keeper.sock`.
 fn spawn_keeper(dir: &Path) -> ServerProcess {
+    spawn_keeper_with(dir, "")
+}
+
+/// A keeper process on `<dir>/keeper.sock` with `extra` arguments.
+fn spawn_keeper_with(dir: &Path, extra: &str) -> ServerProcess {
     let socket = dir.join("keeper.sock");
     let process = ServerProcess::spawn(
         "handoff::child_keeper_process",
         CHILD_ENV,
-        &[socket.display().to_string()],
+        &[socket.display().to_string(), extra.to_owned()],
         socket.clone(),
         &dir.join("keepers.log"),
     );
@@ -172,8 +184,18 @@ fn stats_request(volume: &str, target: &Path) -> NodeGetVolumeStatsRequest {
 
 /// Waits until a log line of the file at `log` contains `text` (at most 10 s).
 fn wait_for_log(log: &Path, text: &str) {
+    wait_for_log_count(log, text, 1);
+}
+
+/// Waits until the file at `log` says `text` `count` times (at most 10 s).
+fn wait_for_log_count(log: &Path, text: &str, count: usize) {
     let start = Instant::now();
-    while !fs::read_to_string(log).unwrap_or_default().contains(text) {
+    while fs::read_to_string(log)
+        .unwrap_or_default()
+        .matches(text)
+        .count()
+        < count
+    {
         assert!(
             start.elapsed() < Duration::from_secs(10),
             "{log:?} never said {text:?}:\n{}",
@@ -210,25 +232,7 @@ fn five_owner_upgrades_under_io_lose_nothing() {
         let stage_mount = mount_id(&staging);
         let target_mount = mount_id(&target);
 
-        // A file held open throughout, and one unlinked while open.
-        let held = fs::OpenOptions::new()
-            .create(true)
-            .truncate(true)
-            .read(true)
-            .write(true)
-            .open(target.join("held"))
-            .unwrap();
-        held.write_all_at(b"before", 0).unwrap();
-        let unlinked = fs::OpenOptions::new()
-            .create(true)
-            .truncate(true)
-            .read(true)
-            .write(true)
-            .open(target.join("unlinked"))
-            .unwrap();
-        unlinked.write_all_at(b"still here", 0).unwrap();
-        fs::remove_file(target.join("unlinked")).unwrap();
-        let cwd = fs::File::open(&target).unwrap();
+        let held = Held::open(&target);
 
         let stream = VerifiedStream::start(&target.join("stream"));
         stream.progress().await;
@@ -249,8 +253,7 @@ fn five_owner_upgrades_under_io_lose_nothing() {
                 .unwrap();
             let condition = answer.into_inner().volume_condition.unwrap();
             assert!(!condition.abnormal, "round {round}: {condition:?}");
-            held.write_all_at(format!("round {round}").as_bytes(), 100)
-                .unwrap();
+            held.mark(round);
         }
         let (written, checked) = stream.finish();
         eprintln!(
@@ -259,31 +262,7 @@ fn five_owner_upgrades_under_io_lose_nothing() {
              against {quiet:?} before"
         );
 
-        // Everything opened before still works: read, write, fstat, fchmod, and lookups
-        // relative to a directory held open.
-        let mut text = [0u8; 6];
-        held.read_exact_at(&mut text, 0).unwrap();
-        assert_eq!(&text, b"before");
-        let mut text = [0u8; 10];
-        unlinked.read_exact_at(&mut text, 0).unwrap();
-        assert_eq!(&text, b"still here");
-        assert_eq!(unlinked.metadata().unwrap().nlink(), 0);
-        unlinked
-            .set_permissions(fs::Permissions::from_mode(0o600))
-            .unwrap();
-        assert_eq!(unlinked.metadata().unwrap().mode() & 0o777, 0o600);
-        let inside = rustix::fs::openat(
-            cwd.as_fd(),
-            "held",
-            rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::CLOEXEC,
-            rustix::fs::Mode::empty(),
-        )
-        .unwrap();
-        let mut round = [0u8; 7];
-        fs::File::from(inside)
-            .read_exact_at(&mut round, 100)
-            .unwrap();
-        assert_eq!(&round, b"round 4");
+        held.still_work(4);
 
         assert_eq!(epoch_of(&staging), epoch, "the lease epoch is unchanged");
         assert_eq!(
@@ -304,7 +283,7 @@ fn five_owner_upgrades_under_io_lose_nothing() {
             "only the first owner claimed the lease; the others renewed it"
         );
 
-        drop((held, unlinked, cwd));
+        drop(held);
         unpublish_and_unstage(&mut client, &stage, &target).await;
         assert!(mounts_under(&node.kubelet).is_empty());
         drop((owner, keeper));
@@ -312,33 +291,210 @@ fn five_owner_upgrades_under_io_lose_nothing() {
 }
 
 #[test]
-fn an_owner_killed_without_a_hand_off_ends_its_mounts_and_cleanup_completes() {
+fn five_owner_kills_under_io_are_ridden_through_by_successors() {
     privileged(
-        "an_owner_killed_without_a_hand_off_ends_its_mounts_and_cleanup_completes",
+        "five_owner_kills_under_io_are_ridden_through_by_successors",
+        async || {
+            let (cluster, keeper, stage) = start("vol-crash", worker::AccessMode::Rwo).await;
+            let dir = cluster.dir.path().to_owned();
+            let node = cluster.node("node-a");
+            let staging = node.staging("vol-crash");
+            let mut owner = spawn_owner(&dir, &cluster, &keeper.socket);
+            let mut successors = Successors::spawn(&dir, &cluster, &keeper.socket, 5);
+            let mut client = client_of(&owner).await;
+            let target = node.target("pod");
+            stage_and_publish(&mut client, &stage, &target).await;
+            let epoch = epoch_of(&staging);
+            let stage_mount = mount_id(&staging);
+
+            // The successors know what the test holds open only from the keeper's tables.
+            let held = Held::open(&target);
+
+            let stream = VerifiedStream::start(&target.join("stream"));
+            let mutations = Mutator::start(&target);
+            stream.progress().await;
+            let quiet = stream.take_longest_write();
+            let mut stalls = Vec::new();
+            for round in 0..5 {
+                stream.take_longest_write();
+                mutations.progress().await;
+                // SIGKILL: no hand-over. Requests the owner had read wait in the kernel until
+                // the successor has them resent.
+                owner.kill();
+                // The keeper saw the owner go before the successor asks for the stage.
+                wait_for_log_count(
+                    &dir.join("keepers.log"),
+                    "keeping it for a successor",
+                    round + 1,
+                );
+                owner = successors.next();
+                client = answering(&owner, &dir).await;
+                stream.progress().await;
+                stalls.push(stream.take_longest_write());
+                held.mark(round);
+            }
+            let (written, checked) = stream.finish();
+            let rounds = mutations.finish();
+            eprintln!(
+                "five kills: {written} chunks written, {checked} checked while running, \
+                 {rounds} rounds of create/append/rename/unlink; longest write during each kill \
+                 {stalls:?} against {quiet:?} before"
+            );
+
+            // The worker saw each request ID with one body only (over the last calls it keeps
+            // a record of), and some twice: calls a dead owner had made, repeated by its
+            // successor under the same derived ID.
+            let arrivals = cluster.worker.server().faults().arrivals();
+            let mut bodies = std::collections::HashMap::<[u8; 16], [u8; 16]>::new();
+            let mut repeats = 0;
+            for arrival in &arrivals {
+                if let Some(digest) = bodies.insert(arrival.request_id, arrival.digest) {
+                    assert_eq!(digest, arrival.digest, "an ID came with other bytes");
+                    repeats += 1;
+                }
+            }
+            eprintln!("{} calls, {repeats} repeated", arrivals.len());
+            assert!(repeats > 0, "no call in flight at any of the kills");
+
+            held.still_work(4);
+            assert_eq!(epoch_of(&staging), epoch, "the lease epoch is unchanged");
+            assert_eq!(mount_id(&staging), stage_mount, "never remounted");
+            let log = fs::read_to_string(dir.join("owners.log")).unwrap();
+            assert_eq!(
+                log.matches("crashed=true").count(),
+                5,
+                "each successor took over a crashed owner's stage:\n{log}"
+            );
+
+            drop(held);
+            unpublish_and_unstage(&mut client, &stage, &target).await;
+            assert!(mounts_under(&node.kubelet).is_empty());
+            drop((owner, keeper));
+        },
+    );
+}
+
+#[test]
+fn a_kill_while_a_1_mib_write_and_an_append_are_applied_but_unanswered_applies_each_once() {
+    privileged(
+        "a_kill_while_a_1_mib_write_and_an_append_are_applied_but_unanswered_applies_each_once",
+        async || {
+            const MIB: usize = 1 << 20;
+            let (cluster, keeper, stage) = start("vol-parts", worker::AccessMode::Rwo).await;
+            let dir = cluster.dir.path().to_owned();
+            let node = cluster.node("node-a");
+            let owner = spawn_owner(&dir, &cluster, &keeper.socket);
+            let mut successors = Successors::spawn(&dir, &cluster, &keeper.socket, 1);
+            let mut client = client_of(&owner).await;
+            let target = node.target("pod");
+            stage_and_publish(&mut client, &stage, &target).await;
+            let held = Held::open(&target);
+            held.mark(0);
+            let split = fs::File::create(target.join("split")).unwrap();
+            let appended = fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(target.join("appended"))
+                .unwrap();
+
+            // The worker holds every reply for 200 ms after applying it: the 1 MiB write (eight
+            // parts, all in flight) and the append (one call) are applied and unanswered when
+            // the owner dies.
+            let faults = cluster.worker.server().faults().clone();
+            faults.set_delay(Duration::from_millis(200));
+            let pattern: Vec<u8> = (0..MIB).map(|i| (i % 251) as u8).collect();
+            let writers = [(split, false), (appended, true)].map(|(file, append)| {
+                let pattern = pattern.clone();
+                std::thread::spawn(move || {
+                    use std::io::Write as _;
+                    let mut file = file;
+                    match append {
+                        true => file.write_all(&pattern),
+                        false => file.write_all_at(&pattern, 0),
+                    }
+                })
+            });
+            std::thread::sleep(Duration::from_millis(100));
+            owner.kill();
+            wait_for_log(&dir.join("keepers.log"), "keeping it for a successor");
+            let owner = successors.next();
+            let mut client = answering(&owner, &dir).await;
+            for writer in writers {
+                writer.join().unwrap().unwrap();
+            }
+            faults.set_delay(Duration::ZERO);
+
+            // Each applied once: the append did not land twice, the parts are in place.
+            assert_eq!(fs::read(target.join("split")).unwrap(), pattern);
+            assert_eq!(fs::read(target.join("appended")).unwrap(), pattern);
+            let arrivals = faults.arrivals();
+            let distinct: std::collections::HashSet<_> =
+                arrivals.iter().map(|a| a.request_id).collect();
+            assert!(
+                distinct.len() + 9 <= arrivals.len(),
+                "the eight parts and the append were sent again under their IDs: {} calls, {} IDs",
+                arrivals.len(),
+                distinct.len()
+            );
+
+            // Idle past one handle lease: the successor renews the handles it inherited.
+            std::thread::sleep(Duration::from_secs(10));
+            held.still_work(0);
+            drop(held);
+            unpublish_and_unstage(&mut client, &stage, &target).await;
+            assert!(mounts_under(&node.kubelet).is_empty());
+            drop((owner, keeper));
+        },
+    );
+}
+
+#[test]
+fn an_owner_killed_with_nobody_to_take_over_ends_its_mounts_and_cleanup_completes() {
+    privileged(
+        "an_owner_killed_with_nobody_to_take_over_ends_its_mounts_and_cleanup_completes",
         async || {
             let (cluster, keeper, stage) = start("vol-kill", worker::AccessMode::Rwo).await;
             let dir = cluster.dir.path().to_owned();
             let node = cluster.node("node-a");
+            let target = node.target("pod");
+
+            // With resend, the keeper keeps the stage until deadline D, then ends it: callers
+            // waited, and now fail; nobody hangs.
             let owner = spawn_owner(&dir, &cluster, &keeper.socket);
             let mut client = client_of(&owner).await;
-            let target = node.target("pod");
+            stage_and_publish(&mut client, &stage, &target).await;
+            fs::write(target.join("file"), b"w").unwrap();
+            owner.kill();
+            wait_for_log(&dir.join("keepers.log"), "keeping it for a successor");
+            let errno = read_errno_within(target.join("file"), Duration::from_secs(15));
+            assert!(
+                matches!(errno, Some(libc::ENOTCONN | libc::ECONNABORTED)),
+                "{errno:?}"
+            );
+            wait_for_log(&dir.join("keepers.log"), "no successor took over");
+            let (owner, _) =
+                clean_up_with_a_new_owner(&cluster, &node, &keeper.socket, &stage).await;
+            drop(owner);
+            keeper.kill();
+
+            // The no-resend switch (kernels before 6.9): the keeper lets go of the stage at
+            // once, and the connection ends.
+            let keeper = spawn_keeper_with(&dir, "--no-resend");
+            let owner = spawn_owner(&dir, &cluster, &keeper.socket);
+            let mut client = client_of(&owner).await;
             stage_and_publish(&mut client, &stage, &target).await;
             fs::write(target.join("file"), b"x").unwrap();
-
-            // SIGKILL: no hand-off. The keeper lets go of the stage, and the connection ends.
             owner.kill();
             wait_for_log(
                 &dir.join("keepers.log"),
-                "the owner went without handing this stage over",
+                "the owner went without handing this stage over: its connection ends",
             );
             assert_eq!(
                 read_errno_within(target.join("file"), Duration::from_secs(5)),
                 Some(libc::ENOTCONN)
             );
-            let owner = spawn_owner(&dir, &cluster, &keeper.socket);
-            let mut client = client_of(&owner).await;
-            unpublish_and_unstage(&mut client, &stage, &target).await;
-            assert!(mounts_under(&node.kubelet).is_empty());
+            let (owner, mut client) =
+                clean_up_with_a_new_owner(&cluster, &node, &keeper.socket, &stage).await;
 
             // Owner and keeper killed together: the same, cleanly.
             stage_and_publish(&mut client, &stage, &target).await;
@@ -350,13 +506,26 @@ fn an_owner_killed_without_a_hand_off_ends_its_mounts_and_cleanup_completes() {
                 Some(libc::ENOTCONN)
             );
             let keeper = spawn_keeper(&dir);
-            let owner = spawn_owner(&dir, &cluster, &keeper.socket);
-            let mut client = client_of(&owner).await;
-            unpublish_and_unstage(&mut client, &stage, &target).await;
-            assert!(mounts_under(&node.kubelet).is_empty());
+            let (owner, _) =
+                clean_up_with_a_new_owner(&cluster, &node, &keeper.socket, &stage).await;
             drop((owner, keeper));
         },
     );
+}
+
+/// A new owner of node `node-a`, through which the dead stage of `stage` (published at the
+/// node's target `pod`) is unpublished and unstaged; nothing stays mounted.
+async fn clean_up_with_a_new_owner(
+    cluster: &Cluster,
+    node: &NodeSide,
+    keeper: &Path,
+    stage: &NodeStageVolumeRequest,
+) -> (ServerProcess, Client) {
+    let owner = spawn_owner(cluster.dir.path(), cluster, keeper);
+    let mut client = client_of(&owner).await;
+    unpublish_and_unstage(&mut client, stage, &node.target("pod")).await;
+    assert!(mounts_under(&node.kubelet).is_empty());
+    (owner, client)
 }
 
 #[test]
@@ -457,6 +626,167 @@ fn every_node_and_handle_the_kernel_is_given_is_written_ahead_to_the_keeper() {
             drop((owner, keeper));
         },
     );
+}
+
+/// What a test holds open on a mount across owner changes: a file, a file unlinked while
+/// open, and the mount's root directory.
+struct Held {
+    file: fs::File,
+    unlinked: fs::File,
+    dir: fs::File,
+}
+
+impl Held {
+    fn open(target: &Path) -> Held {
+        let create = |name: &str, text: &[u8]| {
+            let file = fs::OpenOptions::new()
+                .create(true)
+                .truncate(true)
+                .read(true)
+                .write(true)
+                .open(target.join(name))
+                .unwrap();
+            file.write_all_at(text, 0).unwrap();
+            file
+        };
+        let file = create("held", b"before");
+        let unlinked = create("unlinked", b"still here");
+        fs::remove_file(target.join("unlinked")).unwrap();
+        Held {
+            file,
+            unlinked,
+            dir: fs::File::open(target).unwrap(),
+        }
+    }
+
+    /// Writes `round N` into the held file.
+    fn mark(&self, round: usize) {
+        self.file
+            .write_all_at(format!("round {round}").as_bytes(), 100)
+            .unwrap();
+    }
+
+    /// Everything opened before still works: read, write, `fstat`, `fchmod`, and lookups
+    /// relative to the directory held open, which finds the mark of round `last`.
+    fn still_work(&self, last: usize) {
+        let mut text = [0u8; 6];
+        self.file.read_exact_at(&mut text, 0).unwrap();
+        assert_eq!(&text, b"before");
+        let mut text = [0u8; 10];
+        self.unlinked.read_exact_at(&mut text, 0).unwrap();
+        assert_eq!(&text, b"still here");
+        assert_eq!(self.unlinked.metadata().unwrap().nlink(), 0);
+        self.unlinked
+            .set_permissions(fs::Permissions::from_mode(0o600))
+            .unwrap();
+        assert_eq!(self.unlinked.metadata().unwrap().mode() & 0o777, 0o600);
+        let inside = rustix::fs::openat(
+            self.dir.as_fd(),
+            "held",
+            rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::CLOEXEC,
+            rustix::fs::Mode::empty(),
+        )
+        .unwrap();
+        let mut round = [0u8; 7];
+        fs::File::from(inside)
+            .read_exact_at(&mut round, 100)
+            .unwrap();
+        assert_eq!(round, format!("round {last}").as_bytes());
+    }
+}
+
+/// A thread making mutations that would fail or leave a trace if any were applied twice: in
+/// round `n` it creates `m/n` with `O_EXCL`, appends line `n` to `log` with `O_APPEND`,
+/// renames `m/n` to `m/n.done` and unlinks `m/(n-1).done`. Its first error stops it and is
+/// kept.
+struct Mutator {
+    dir: PathBuf,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    rounds: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    thread: std::thread::JoinHandle<Result<(), String>>,
+}
+
+impl Mutator {
+    fn start(target: &Path) -> Mutator {
+        use std::io::Write as _;
+        use std::sync::atomic::Ordering;
+        let dir = target.join("m");
+        fs::create_dir(&dir).unwrap();
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let rounds = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let thread = std::thread::spawn({
+            let (dir, stop, rounds) = (dir.clone(), stop.clone(), rounds.clone());
+            move || -> Result<(), String> {
+                let mut log = fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(dir.join("log"))
+                    .map_err(|e| format!("open log: {e}"))?;
+                let mut n = 0u64;
+                while !stop.load(Ordering::SeqCst) {
+                    let new = dir.join(n.to_string());
+                    fs::OpenOptions::new()
+                        .write(true)
+                        .create_new(true)
+                        .open(&new)
+                        .map_err(|e| format!("round {n}: create: {e}"))?;
+                    writeln!(log, "{n}").map_err(|e| format!("round {n}: append: {e}"))?;
+                    fs::rename(&new, dir.join(format!("{n}.done")))
+                        .map_err(|e| format!("round {n}: rename: {e}"))?;
+                    if n > 0 {
+                        fs::remove_file(dir.join(format!("{}.done", n - 1)))
+                            .map_err(|e| format!("round {n}: unlink: {e}"))?;
+                    }
+                    n += 1;
+                    rounds.store(n, Ordering::SeqCst);
+                }
+                Ok(())
+            }
+        });
+        Mutator {
+            dir,
+            stop,
+            rounds,
+            thread,
+        }
+    }
+
+    /// Waits for ten more rounds.
+    async fn progress(&self) {
+        use std::sync::atomic::Ordering;
+        let from = self.rounds.load(Ordering::SeqCst);
+        let start = Instant::now();
+        while self.rounds.load(Ordering::SeqCst) < from + 10 {
+            assert!(!self.thread.is_finished(), "the mutations stopped");
+            assert!(start.elapsed() < Duration::from_secs(20), "no progress");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    /// Stops; checks that every round left exactly its trace; the rounds made.
+    fn finish(self) -> u64 {
+        use std::sync::atomic::Ordering;
+        self.stop.store(true, Ordering::SeqCst);
+        self.thread.join().unwrap().unwrap();
+        let rounds = self.rounds.load(Ordering::SeqCst);
+        let expected: String = (0..rounds).map(|n| format!("{n}\n")).collect();
+        assert_eq!(
+            fs::read_to_string(self.dir.join("log")).unwrap(),
+            expected,
+            "each append applied once, in order"
+        );
+        let mut left: Vec<String> = fs::read_dir(&self.dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        left.sort();
+        let mut want = vec!["log".to_owned()];
+        if rounds > 0 {
+            want.insert(0, format!("{}.done", rounds - 1));
+        }
+        assert_eq!(left, want);
+        rounds
+    }
 }
 
 /// The keeper's tables of the stage at `staging`, through a connection of the test's own.
@@ -613,6 +943,9 @@ fn what_the_keeper_refuses_changes_nothing() {
             context: good.context.clone(),
             handed_over: true,
             tables: true,
+            reply_retention_ms: 0,
+            call_budget_ms: 0,
+            resend_window_ms: None,
         };
         assert_eq!(
             ask(

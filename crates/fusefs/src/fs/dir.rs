@@ -32,7 +32,8 @@ impl<S: FileService> Fs<S> {
             max_entries: self.config.readdir_batch,
             plus,
         });
-        let reply = expect!(self.call(caller, op).await?, Readdir);
+        // READDIRPLUS may have asked for the directory's attributes first (call 0).
+        let reply = expect!(self.call_at(caller, u32::from(plus), op).await?, Readdir);
         Ok((reply.entries, reply.end))
     }
 

@@ -263,9 +263,14 @@ impl<S: FileService> Fs<S> {
         Ok(default)
     }
 
-    /// Renews open handles for as long as the future is polled.
+    /// Renews open handles for as long as the future is polled. Handles taken over from
+    /// another process ([`Fs::with_state`]) are renewed at once: their lease runs from that
+    /// process's last renewal.
     pub async fn run_handle_renewal(&self) {
-        let mut wait = self.config.default_handle_renewal;
+        let mut wait = match self.open_handles() {
+            0 => self.config.default_handle_renewal,
+            _ => Duration::ZERO,
+        };
         loop {
             tokio::time::sleep(wait).await;
             wait = match self.renew_handles().await {

@@ -2,6 +2,7 @@
 //! in flight, reassembled in order; appending writes and writes that must drop set-ID bits.
 
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
 
 use bytes::{Bytes, BytesMut};
 use futures_util::StreamExt as _;
@@ -149,9 +150,11 @@ impl<S: FileService> Fs<S> {
         };
         let stopped = AtomicBool::new(false);
         let stopped = &stopped;
+        // No part starts later than one call budget after the first (see `FsConfig`).
+        let last_start = Instant::now() + self.config.call_budget;
         let calls = (0..data.len()).step_by(part).zip(0..).map(|(start, index)| async move {
             let chunk = &data[start..data.len().min(start + part)];
-            if stopped.load(Ordering::Acquire) {
+            if stopped.load(Ordering::Acquire) || (index > 0 && Instant::now() >= last_start) {
                 return (chunk.len(), None);
             }
             // Copied out of the request's buffer when the call starts, so the connection encrypts
@@ -170,7 +173,10 @@ impl<S: FileService> Fs<S> {
                     caller: Self::caller_of(caller),
                 }),
             };
-            let reply = self.send(Some(self.request_id(caller, index)), op).await;
+            let reply = match self.may_send(caller, &op) {
+                Ok(()) => self.send(Some(self.request_id(caller, index)), op).await,
+                Err(late) => Err(late),
+            };
             let whole = matches!(&reply, Ok(result) if written_by(result, flags.kill_suidgid) == Some(chunk.len()));
             if !whole {
                 stopped.store(true, Ordering::Release);

@@ -10,7 +10,7 @@ use std::collections::{HashMap, VecDeque};
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use lease_client::protocol::{FileId, ROOT_INO, RandomUnavailable, RequestId};
@@ -60,6 +60,10 @@ pub struct FsConfig {
     /// at once, so that the two ends of the connection and the worker's disk work on the parts
     /// of one request together instead of one after another.
     pub call_data_bytes: usize,
+    /// The client's call budget. A kernel request starts no worker call later than this after
+    /// its first (a write's parts not started by then end it short), so that a dead owner's
+    /// replies are at most two budgets old when it dies (the node's HANDOFF.md, section 7).
+    pub call_budget: Duration,
 }
 
 impl Default for FsConfig {
@@ -69,6 +73,7 @@ impl Default for FsConfig {
             readdir_batch: 256,
             default_handle_renewal: Duration::from_secs(10),
             call_data_bytes: 128 << 10,
+            call_budget: Duration::from_secs(15),
         }
     }
 }
@@ -89,6 +94,8 @@ pub struct Fs<S> {
     interrupts: Mutex<VecDeque<u64>>,
     /// Where new nodes and handles are written ahead, once set.
     write_ahead: OnceLock<Arc<dyn WriteAhead>>,
+    /// Until when a mutation the kernel resends may be sent again, once set (deadline D).
+    resend_deadline: OnceLock<Instant>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -143,6 +150,7 @@ impl<S: FileService> Fs<S> {
             handle_lease: Mutex::new(None),
             interrupts: Mutex::new(VecDeque::new()),
             write_ahead: OnceLock::new(),
+            resend_deadline: OnceLock::new(),
         }
     }
 
@@ -180,6 +188,29 @@ impl<S: FileService> Fs<S> {
     /// Changes made before are in [`Fs::state`]. Set once; `false` if one was set before.
     pub fn write_ahead_to(&self, write_ahead: Arc<dyn WriteAhead>) -> bool {
         self.write_ahead.set(write_ahead).is_ok()
+    }
+
+    /// From now on, a mutation the kernel resends (its request was read by an owner that died)
+    /// is sent to the workers again only before `deadline`, while their reply caches still
+    /// hold what the dead owner may have applied; after it, it fails with `EIO`, its outcome
+    /// unknown, and is never applied twice. Reads are sent again whenever. Set once; `false`
+    /// if one was set before.
+    pub fn resend_until(&self, deadline: Instant) -> bool {
+        self.resend_deadline.set(deadline).is_ok()
+    }
+
+    /// `EIO` for a resent mutation past the resend deadline.
+    pub(super) fn may_send(&self, caller: Caller, op: &Op) -> Result<(), Error> {
+        let late = fuse_wire::Unique(caller.unique).is_resend()
+            && !op.is_read_only()
+            && self
+                .resend_deadline
+                .get()
+                .is_some_and(|deadline| Instant::now() >= *deadline);
+        match late {
+            true => Err(Error::ResendTooLate { op: op.name() }),
+            false => Ok(()),
+        }
     }
 
     /// Records `changes` with the write-ahead, if one is set, before a reply that needs them.
@@ -226,6 +257,7 @@ impl<S: FileService> Fs<S> {
         op: Op,
     ) -> Result<ReplyResult, Error> {
         self.not_interrupted(caller)?;
+        self.may_send(caller, &op)?;
         self.send(Some(self.request_id(caller, index)), op).await
     }
 

@@ -916,3 +916,71 @@ async fn new_nodes_and_handles_are_written_ahead_before_the_reply_and_the_rest_a
         [(false, vec![TableChange::Forgotten { node: 10 }])]
     );
 }
+
+#[tokio::test]
+async fn a_resent_mutation_past_the_deadline_is_eio_and_never_sent_but_a_read_is() {
+    let config = FsConfig {
+        call_data_bytes: PART,
+        ..FsConfig::default()
+    };
+    let fs = Fs::new(Logged::default(), config).unwrap();
+    let resent = |unique: u64| Caller {
+        unique: unique | fuse_wire::Unique::RESEND_BIT,
+        ..caller()
+    };
+    // Before the deadline a resent write goes out, part by part.
+    assert!(fs.resend_until(Instant::now() + Duration::from_secs(60)));
+    assert!(!fs.resend_until(Instant::now()), "set once");
+    let data = vec![1u8; 2 * PART];
+    fs.write(resent(10), ROOT_NODE, 3, 0, &data, WriteFlags::default())
+        .await
+        .unwrap();
+    assert_eq!(fs.service().take().len(), 2);
+
+    // Past it: EIO, and nothing reaches the workers; a request that was not resent, and a
+    // resent read, go out as ever.
+    let fs = Fs::new(Logged::default(), config).unwrap();
+    fs.resend_until(Instant::now());
+    let late = fs
+        .write(resent(12), ROOT_NODE, 3, 0, &data, WriteFlags::default())
+        .await
+        .unwrap_err();
+    assert_eq!(late.errno().raw(), libc::EIO);
+    assert!(matches!(late, crate::Error::ResendTooLate { op: "write" }));
+    let late = fs.flush(resent(14), ROOT_NODE, 3, 0).await.unwrap_err();
+    assert_eq!(late.errno().raw(), libc::EIO);
+    assert_eq!(fs.service().take(), []);
+    fs.flush(
+        Caller {
+            unique: 16,
+            ..caller()
+        },
+        ROOT_NODE,
+        3,
+        0,
+    )
+    .await
+    .unwrap();
+    fs.read(resent(18), ROOT_NODE, 3, 0, PART as u32)
+        .await
+        .unwrap();
+    assert_eq!(fs.service().take().len(), 2);
+}
+
+#[tokio::test]
+async fn no_part_of_a_write_starts_later_than_one_call_budget_after_the_first() {
+    let config = FsConfig {
+        call_data_bytes: PART,
+        call_budget: Duration::ZERO,
+        ..FsConfig::default()
+    };
+    let fs = Fs::new(Logged::default(), config).unwrap();
+    let data = vec![1u8; 4 * PART];
+    let written = fs
+        .write(caller(), ROOT_NODE, 3, 0, &data, WriteFlags::default())
+        .await
+        .unwrap();
+    // With no time at all after the first part, the write ends short after it.
+    assert_eq!(written as usize, PART);
+    assert_eq!(fs.service().take().len(), 1);
+}

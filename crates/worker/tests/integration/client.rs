@@ -424,7 +424,7 @@ async fn a_full_reply_cache_refuses_mutations_busy_and_forgets_no_reply() {
     let clock = Arc::new(worker::ManualClock::new(1_000_000));
     let mut config = config(&pki, dir.path(), std::slice::from_ref(&spec));
     config.dedup_capacity = 2;
-    let retention_ms = 2 * u64::try_from(config.timings.call_budget.as_millis()).unwrap();
+    let retention_ms = 4 * u64::try_from(config.timings.call_budget.as_millis()).unwrap();
     let server = worker::Server::start(config, worker::Tokens::new([TOKEN]), clock.clone())
         .await
         .unwrap();
