@@ -133,10 +133,11 @@ impl<S: FileService> FileService for Timed<S> {
     fn call(
         &self,
         request_id: Option<RequestId>,
+        until: Option<Instant>,
         op: Op,
     ) -> impl Future<Output = Result<ReplyResult, lease_client::Error>> + Send {
         let name = op.name();
-        let call = self.inner.call(request_id, op);
+        let call = self.inner.call(request_id, until, op);
         async move {
             let began = Instant::now();
             let result = call.await;
@@ -541,6 +542,7 @@ impl FileService for InstantWorker {
     fn call(
         &self,
         _request_id: Option<RequestId>,
+        _until: Option<Instant>,
         op: Op,
     ) -> impl Future<Output = Result<ReplyResult, lease_client::Error>> + Send {
         let refused = |errno| lease_client::Error::Refused {

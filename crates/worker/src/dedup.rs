@@ -6,7 +6,9 @@
 //! repeat of a request within it, so the cache never drops an entry before it ends. When the
 //! cache holds as many young entries as its capacity, the worker refuses new mutations with
 //! `BUSY` before applying them, instead of dropping a reply a repeat may still need; the
-//! refusal is definite and the client retries. Reads are not cached: repeating a read is
+//! refusal is definite and the client retries. Lease commands and handle renewals are never
+//! refused (a lease or handle lapsing under a flood of writes would be worse): they may take
+//! the cache a little past its capacity. Reads are not cached: repeating a read is
 //! harmless, and a cached 1 MiB read per request ID would cost memory for nothing. Errors are
 //! not cached either: a definite error means nothing was applied, so applying the retry is
 //! correct.
@@ -95,9 +97,10 @@ impl DedupCache {
         room
     }
 
-    /// Keeps `reply` for `request_id`, inserted at the clock reading `now_ms`. Call it only
-    /// after [`DedupCache::has_room`] said yes; an entry is never dropped before its retention
-    /// ends, so the capacity is a bound only through that check.
+    /// Keeps `reply` for `request_id`, inserted at the clock reading `now_ms`. An entry is never
+    /// dropped before its retention ends, so the capacity is a bound only through
+    /// [`DedupCache::has_room`], which every mutation but lease commands and handle renewals
+    /// passes first.
     pub(crate) fn insert(
         &mut self,
         request_id: [u8; 16],

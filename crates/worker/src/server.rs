@@ -249,8 +249,8 @@ fn ms(d: std::time::Duration) -> u64 {
 /// The reply retention every reply states: four call budgets. A client's own retry reaches the
 /// worker at most one call budget after the first attempt; the successor of a crashed mount
 /// owner repeats the dead owner's calls later, within the retention minus two call budgets and
-/// a second from the crash (the node's HANDOFF.md, section 7), which leaves it one budget and
-/// a bit.
+/// a second from the crash (the node's HANDOFF.md, section 7), which leaves it two budgets
+/// less a second.
 fn retention_ms(config: &Config) -> u64 {
     ms(config.timings.call_budget).saturating_mul(4)
 }

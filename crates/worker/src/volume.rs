@@ -274,7 +274,13 @@ impl Volume {
                         "the request ID was used for a different request",
                     );
                 }
-                Cached::Miss if !self.dedup.has_room(now_ms) => return busy(),
+                // Renewing handles keeps what is open alive: never refused for want of room.
+                Cached::Miss
+                    if !matches!(request.op, Op::RenewHandles(_))
+                        && !self.dedup.has_room(now_ms) =>
+                {
+                    return busy();
+                }
                 Cached::Miss => {}
             }
         }
@@ -378,7 +384,8 @@ impl Volume {
                     }
                 };
             }
-            Cached::Miss if !self.dedup.has_room(now_ms) => return busy(),
+            // Lease commands are never refused for want of room: a lease lapsing under a flood
+            // of writes would fence the mount. They are few (one renewal per interval).
             Cached::Miss => {}
         }
         let applied = self.lease.apply(command, now_ms, self.options.lease_ms);

@@ -51,7 +51,7 @@ pub enum KeeperError {
 pub struct Fetched {
     /// The stage.
     pub deposit: Deposit,
-    /// The `/dev/fuse` copy, and for a handed-over stage its state memfd.
+    /// The `/dev/fuse` copy, and its tables' memfd when the keeper holds them.
     pub fds: Vec<OwnedFd>,
 }
 
@@ -85,8 +85,9 @@ impl KeeperLink {
         self.connects.load(Ordering::SeqCst)
     }
 
-    /// Keeps a copy of a stage's connection: `fuse` is its `/dev/fuse` descriptor; `state`,
-    /// given when handing the stage over, a sealed memfd with its tables.
+    /// Keeps a copy of a stage's connection: `fuse` is its `/dev/fuse` descriptor; `state`, a
+    /// sealed memfd with its tables (always when handing the stage over; when serving it, a
+    /// snapshot the journals then keep current, `Deposit::tables`).
     pub async fn deposit(
         &self,
         stage: &Deposit,

@@ -30,6 +30,9 @@ use serde::{Deserialize, Serialize};
 /// The protocol version in every message; a message of another version is refused.
 pub const VERSION: u32 = 1;
 
+/// The longest a keeper keeps a dead owner's stage for a successor: a day.
+pub const MAX_CRASH_WINDOW_MS: u64 = 24 * 3600 * 1000;
+
 /// The largest stage state a keeper or owner reads from a memfd: 64 MiB, about 2.6 million
 /// nodes.
 pub const MAX_STATE_BYTES: u64 = 64 << 20;
@@ -117,7 +120,8 @@ pub struct Deposit {
     pub call_budget_ms: u64,
     /// In a fetch answer only: the owner of this stage died without handing it over, and a
     /// successor may take it over and repeat the dead owner's mutations for this many more
-    /// milliseconds (until deadline D); the keeper ends the connection then.
+    /// milliseconds (until deadline D); the keeper ends the connection then if nobody took the
+    /// stage.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resend_window_ms: Option<u64>,
 }
@@ -258,7 +262,8 @@ impl Deposit {
             .reply_retention_ms
             .checked_sub(self.call_budget_ms.checked_mul(2)?)?
             .checked_sub(1_000)?;
-        (window > 0).then(|| std::time::Duration::from_millis(window))
+        // A day at most, whatever a worker states: the deadline is an instant to compute.
+        (window > 0).then(|| std::time::Duration::from_millis(window.min(MAX_CRASH_WINDOW_MS)))
     }
 
     /// How many descriptors travel with this deposit.

@@ -29,6 +29,7 @@ struct Held {
     /// When the owner died without handing the stage over and a successor may take it over:
     /// the deadline D after which the keeper ends the connection.
     orphaned_until: Option<Instant>,
+
     /// Which deposit this is (deposits replace each other at one staging path).
     serial: u64,
 }
@@ -251,7 +252,10 @@ impl Keeper {
         match tables.apply(changes) {
             Ok(()) => Answer::Ok,
             Err(error) => {
-                tracing::warn!(connection, volume = %stage.deposit.volume_id, error = %error, "refused a journal");
+                // The tables no longer hold what the kernel does: no successor may take them
+                // over after a crash, and the stage ends with its owner instead.
+                stage.tables = None;
+                tracing::warn!(connection, volume = %stage.deposit.volume_id, error = %error, "refused a journal: the stage's tables are dropped, and it ends if its owner dies");
                 refused(error)
             }
         }
@@ -317,15 +321,17 @@ impl Keeper {
             let Some(stage) = held.get_mut(staging) else {
                 continue;
             };
-            let window = protocol::hex_decode(&stage.deposit.record)
+            let now = Instant::now();
+            let deadline = protocol::hex_decode(&stage.deposit.record)
                 .and_then(|bytes| fuse_wire::InitRecord::decode(&bytes).ok())
                 .and_then(|record| stage.deposit.crash_window(&record))
-                .filter(|_| self.options.resend && stage.tables.is_some());
-            match window {
-                Some(window) => {
+                .filter(|_| self.options.resend && stage.tables.is_some())
+                .and_then(|window| Some((window, now.checked_add(window)?)));
+            match deadline {
+                Some((window, deadline)) => {
                     kept += 1;
                     stage.owner = None;
-                    stage.orphaned_until = Some(Instant::now() + window);
+                    stage.orphaned_until = Some(deadline);
                     tracing::warn!(
                         connection,
                         volume = %stage.deposit.volume_id,

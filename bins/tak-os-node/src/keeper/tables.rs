@@ -8,8 +8,10 @@ use lease_client::protocol::FileId;
 
 use super::protocol::{Change, MAX_STATE_BYTES, StageState};
 
-/// The most nodes and handles one stage's tables hold: what fits in [`MAX_STATE_BYTES`].
-pub const MAX_ENTRIES: usize = (MAX_STATE_BYTES / 24) as usize;
+/// The most nodes and handles one stage's tables hold: what fits in [`MAX_STATE_BYTES`] at the
+/// largest entry (a handle, 28 bytes) after the 40-byte header, so that any tables the keeper
+/// accepts encode to a state a successor reads.
+pub const MAX_ENTRIES: usize = ((MAX_STATE_BYTES - 40) / 28) as usize;
 
 /// One stage's tables.
 #[derive(Debug, Clone, PartialEq, Eq)]

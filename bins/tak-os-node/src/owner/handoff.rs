@@ -97,6 +97,13 @@ impl Owner {
         let Some(journal) = &stage.journal else {
             return;
         };
+        // Asked for before the stage is locked: the call may take a call budget, and unstage
+        // and hand-over need the lock.
+        let fs = match stage.mounted.lock().await.as_ref() {
+            Some(mount) => Arc::clone(mount.fs()),
+            None => return,
+        };
+        let retention = retention(&fs).await;
         let mounted = stage.mounted.lock().await;
         let Some((mount, fd, record)) = mounted
             .as_ref()
@@ -104,7 +111,7 @@ impl Owner {
         else {
             return;
         };
-        let deposit = self.deposit_of(stage, record, retention(mount.fs()).await, false);
+        let deposit = self.deposit_of(stage, record, retention, false);
         let snapshot = || StageState(mount.fs().state());
         if let Err(error) = journal.deposit(&deposit, fd, snapshot).await {
             tracing::warn!(
@@ -269,7 +276,11 @@ impl Owner {
     /// back.
     pub async fn adopt_handed_over(&self) -> usize {
         let Some(keeper) = &self.keeper else { return 0 };
-        let fetched = match keeper.fetch().await {
+        let fetched = keeper.fetch().await;
+        // The time left to repeat a crashed owner's mutations counts from the fetch answer,
+        // whatever adopting takes afterwards.
+        let fetched_at = Instant::now();
+        let fetched = match fetched {
             Ok(fetched) => fetched,
             Err(error) => {
                 tracing::warn!(
@@ -290,7 +301,7 @@ impl Owner {
             let volume = fetched.deposit.volume_id.clone();
             let staging = fetched.deposit.staging.clone();
             let started = Instant::now();
-            match self.adopt(fetched).await {
+            match self.adopt(fetched, fetched_at).await {
                 Ok(stage) => {
                     {
                         let mut stages = lock(&self.stages);
@@ -323,7 +334,7 @@ impl Owner {
         adopted
     }
 
-    async fn adopt(&self, fetched: Fetched) -> Result<Arc<Stage>, Error> {
+    async fn adopt(&self, fetched: Fetched, fetched_at: Instant) -> Result<Arc<Stage>, Error> {
         let Fetched { deposit, mut fds } = fetched;
         let volume_id = deposit.volume_id.clone();
         let refused = |problem: String| Error::FailedPrecondition {
@@ -391,7 +402,11 @@ impl Owner {
             }
         };
         let mut state = state.0;
-        let crashed = deposit.resend_window_ms.map(Duration::from_millis);
+        let crashed = deposit.resend_window_ms.map(|ms| {
+            fetched_at
+                .checked_add(Duration::from_millis(ms))
+                .unwrap_or(fetched_at)
+        });
         if crashed.is_some() {
             // The kernel's lookup counts died with the owner: every node it may hold stays
             // until unmount (a FORGET never takes the count to zero).
@@ -400,8 +415,8 @@ impl Owner {
             }
         }
         let fs = Arc::new(fusefs::Fs::with_state(client, self.fs_config(), &state));
-        if let Some(window) = crashed {
-            fs.resend_until(Instant::now() + window);
+        if let Some(deadline) = crashed {
+            fs.resend_until(deadline);
             // Before anything reads the connection: the requests the dead owner had read come
             // again, marked as resent.
             fuse_session::notify_resend(fuse.as_fd(), &record).map_err(|source| {

@@ -32,8 +32,10 @@ impl<S: FileService> Fs<S> {
             max_entries: self.config.readdir_batch,
             plus,
         });
-        // READDIRPLUS may have asked for the directory's attributes first (call 0).
-        let reply = expect!(self.call_at(caller, u32::from(plus), op).await?, Readdir);
+        // READDIRPLUS may have asked for the directory's attributes first (call 0, and 1 for
+        // its retry through an open handle): its listing is call 2.
+        let index = if plus { 2 } else { 0 };
+        let reply = expect!(self.call_at(caller, index, op).await?, Readdir);
         Ok((reply.entries, reply.end))
     }
 
@@ -148,7 +150,7 @@ impl<S: FileService> Fs<S> {
         }
         // Written ahead before the reply, every entry the kernel may take and does not hold
         // yet (those that will not fit in its buffer too: more than it holds, never less).
-        let changes: Vec<TableChange> = {
+        let written: Vec<FileId> = {
             let nodes = lock(&self.nodes);
             out.iter()
                 .filter(|e| e.dirent.name != "." && e.dirent.name != "..")
@@ -157,26 +159,33 @@ impl<S: FileService> Fs<S> {
                     inode_generation: e.entry.generation,
                 })
                 .filter(|file| !nodes.holds(*file))
-                .map(TableChange::node)
                 .collect()
         };
-        self.write_ahead(changes).await;
+        self.write_ahead(written.iter().copied().map(TableChange::node).collect())
+            .await;
         Ok(PlusListing {
             fs: self,
             entries: out.into_iter(),
             pulled: None,
+            written,
         })
     }
 
     /// The kernel took `entry` from a READDIRPLUS reply: it now holds one lookup of it.
-    fn delivered(&self, taken: &DirEntryPlus) {
+    /// `written` are the entries written ahead for the reply.
+    fn delivered(&self, taken: &DirEntryPlus, written: &[FileId]) {
         if taken.dirent.name != "." && taken.dirent.name != ".." {
             let file = FileId {
                 ino: taken.dirent.ino,
                 inode_generation: taken.entry.generation,
             };
-            // Written ahead by `readdirplus` already, if the kernel did not hold it.
-            lock(&self.nodes).looked_up(file);
+            // Written ahead by `readdirplus` already, if the kernel did not hold it then. If it
+            // did and a FORGET took its last lookup since (noted), it is new again and was not
+            // written ahead: noted after the FORGET.
+            let mut nodes = lock(&self.nodes);
+            if nodes.looked_up(file) && !written.contains(&file) {
+                self.note(vec![TableChange::node(file)]);
+            }
         }
     }
 }
@@ -196,6 +205,8 @@ pub struct PlusListing<'a, S> {
     entries: std::vec::IntoIter<DirEntryPlus>,
     /// The entry handed out last, not yet known to have been taken.
     pulled: Option<DirEntryPlus>,
+    /// The entries written ahead for the reply (those the kernel did not hold).
+    written: Vec<FileId>,
 }
 
 impl<S: FileService> Iterator for PlusListing<'_, S> {
@@ -203,7 +214,7 @@ impl<S: FileService> Iterator for PlusListing<'_, S> {
 
     fn next(&mut self) -> Option<DirEntryPlus> {
         if let Some(taken) = self.pulled.take() {
-            self.fs.delivered(&taken);
+            self.fs.delivered(&taken, &self.written);
         }
         let entry = self.entries.next()?;
         self.pulled = Some(entry.clone());

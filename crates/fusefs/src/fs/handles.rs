@@ -215,12 +215,17 @@ impl<S: FileService> Fs<S> {
         fh: u64,
         flags: u32,
     ) -> Result<(), Error> {
-        let open = lock(&self.handles).remove(&fh);
-        let file = match open {
-            Some(open) => {
+        let open = {
+            // Noted under the table's lock: in order with a later open's record.
+            let mut handles = lock(&self.handles);
+            let open = handles.remove(&fh);
+            if open.is_some() {
                 self.note(vec![TableChange::Released { handle: fh }]);
-                open.file
             }
+            open
+        };
+        let file = match open {
+            Some(open) => open.file,
             None => self.file(node)?,
         };
         let op = Op::Release(v1::ReleaseRequest {
@@ -242,7 +247,7 @@ impl<S: FileService> Fs<S> {
         }
         // Made for no kernel request: a random request ID.
         let op = Op::RenewHandles(v1::RenewHandlesRequest { handles });
-        let reply = expect!(self.send(None, op).await?, RenewHandles);
+        let reply = expect!(self.send(None, None, op).await?, RenewHandles);
         {
             let mut open = lock(&self.handles);
             for expired in &reply.expired {

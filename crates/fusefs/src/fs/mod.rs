@@ -156,8 +156,8 @@ impl<S: FileService> Fs<S> {
 
     /// A filesystem that serves a connection another `Fs` served before: it takes over the
     /// connection's nonce, the nodes (with their lookup counts) and open handles of `state`,
-    /// that `Fs`'s [`Fs::state`] at the moment it stopped serving. The handles are renewed
-    /// from the next renewal on ([`Fs::run_handle_renewal`]).
+    /// that `Fs`'s [`Fs::state`] at the moment it stopped serving. The handles are renewed at
+    /// once when the renewal starts ([`Fs::run_handle_renewal`]).
     pub fn with_state(service: S, config: FsConfig, state: &MountState) -> Self {
         let fs = Fs::with_nonce(service, config, state.nonce);
         *lock(&fs.nodes) = Nodes::restore(config.root_generation, &state.nodes);
@@ -199,17 +199,20 @@ impl<S: FileService> Fs<S> {
         self.resend_deadline.set(deadline).is_ok()
     }
 
-    /// `EIO` for a resent mutation past the resend deadline.
-    pub(super) fn may_send(&self, caller: Caller, op: &Op) -> Result<(), Error> {
-        let late = fuse_wire::Unique(caller.unique).is_resend()
-            && !op.is_read_only()
-            && self
-                .resend_deadline
-                .get()
-                .is_some_and(|deadline| Instant::now() >= *deadline);
-        match late {
-            true => Err(Error::ResendTooLate { op: op.name() }),
-            false => Ok(()),
+    /// For a resent mutation, the resend deadline its attempts must start before (`EIO` past
+    /// it); `None` for everything else.
+    pub(super) fn may_send(&self, caller: Caller, op: &Op) -> Result<Option<Instant>, Error> {
+        let deadline = match self.resend_deadline.get() {
+            Some(deadline)
+                if fuse_wire::Unique(caller.unique).is_resend() && !op.is_read_only() =>
+            {
+                *deadline
+            }
+            _ => return Ok(None),
+        };
+        match Instant::now() < deadline {
+            true => Ok(Some(deadline)),
+            false => Err(Error::ResendTooLate { op: op.name() }),
         }
     }
 
@@ -257,8 +260,9 @@ impl<S: FileService> Fs<S> {
         op: Op,
     ) -> Result<ReplyResult, Error> {
         self.not_interrupted(caller)?;
-        self.may_send(caller, &op)?;
-        self.send(Some(self.request_id(caller, index)), op).await
+        let until = self.may_send(caller, &op)?;
+        self.send(Some(self.request_id(caller, index)), until, op)
+            .await
     }
 
     /// The request ID of call `index` of `caller`'s request.
@@ -283,16 +287,17 @@ impl<S: FileService> Fs<S> {
         }
     }
 
-    /// Sends `op` under `request_id` (a random one when `None`), whatever the kernel may have
-    /// interrupted meanwhile.
+    /// Sends `op` under `request_id` (a random one when `None`), starting no attempt after
+    /// `until`, whatever the kernel may have interrupted meanwhile.
     pub(super) async fn send(
         &self,
         request_id: Option<RequestId>,
+        until: Option<Instant>,
         op: Op,
     ) -> Result<ReplyResult, Error> {
         let name = op.name();
         self.service
-            .call(request_id, op)
+            .call(request_id, until, op)
             .await
             .map_err(|source| Error::call(name, source))
     }
@@ -360,9 +365,11 @@ impl<S: FileService> Fs<S> {
             .await
     }
 
-    /// FORGET (and each item of BATCH_FORGET).
+    /// FORGET (and each item of BATCH_FORGET). The change is noted under the table's lock, so
+    /// that it reaches the write-ahead before a later lookup's of the same node.
     pub fn forget(&self, node: u64, count: u64) {
-        if lock(&self.nodes).forget(node, count) {
+        let mut nodes = lock(&self.nodes);
+        if nodes.forget(node, count) {
             self.note(vec![TableChange::Forgotten { node }]);
         }
     }

@@ -19,6 +19,7 @@ impl FileService for ReachableOnlyByHandle {
     fn call(
         &self,
         _request_id: Option<RequestId>,
+        _until: Option<Instant>,
         op: Op,
     ) -> impl Future<Output = Result<ReplyResult, Error>> + Send {
         let entry = |file| v1::Entry {
@@ -92,6 +93,7 @@ impl FileService for PartFails {
     fn call(
         &self,
         _request_id: Option<RequestId>,
+        _until: Option<Instant>,
         op: Op,
     ) -> impl Future<Output = Result<ReplyResult, Error>> + Send {
         let offset = match &op {
@@ -200,6 +202,7 @@ impl FileService for InFlight {
     fn call(
         &self,
         _request_id: Option<RequestId>,
+        _until: Option<Instant>,
         op: Op,
     ) -> impl Future<Output = Result<ReplyResult, Error>> + Send {
         let (offset, result) = match op {
@@ -313,6 +316,7 @@ impl FileService for CallerLog {
     fn call(
         &self,
         _request_id: Option<RequestId>,
+        _until: Option<Instant>,
         op: Op,
     ) -> impl Future<Output = Result<ReplyResult, Error>> + Send {
         let written = v1::WriteReply {
@@ -501,6 +505,7 @@ impl FileService for ThreeFiles {
     fn call(
         &self,
         _request_id: Option<RequestId>,
+        _until: Option<Instant>,
         op: Op,
     ) -> impl Future<Output = Result<ReplyResult, Error>> + Send {
         let attr = |mode| {
@@ -575,6 +580,7 @@ impl FileService for PlainWrites {
     fn call(
         &self,
         _request_id: Option<RequestId>,
+        _until: Option<Instant>,
         op: Op,
     ) -> impl Future<Output = Result<ReplyResult, Error>> + Send {
         let written = op.data_len() as u32;
@@ -618,6 +624,7 @@ impl FileService for Logged {
     fn call(
         &self,
         request_id: Option<RequestId>,
+        _until: Option<Instant>,
         op: Op,
     ) -> impl Future<Output = Result<ReplyResult, Error>> + Send {
         let entry = |file| v1::Entry {
@@ -769,6 +776,7 @@ impl FileService for FewFiles {
     fn call(
         &self,
         _request_id: Option<RequestId>,
+        _until: Option<Instant>,
         op: Op,
     ) -> impl Future<Output = Result<ReplyResult, Error>> + Send {
         let entry = |ino| v1::Entry {

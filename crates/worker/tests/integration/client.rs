@@ -476,3 +476,45 @@ async fn a_full_reply_cache_refuses_mutations_busy_and_forgets_no_reply() {
     client.call(mkdir(root(), "d")).await.unwrap();
     server.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_reply_cache_still_renews_the_lease_and_the_handles() {
+    let pki = pki("busy-lease");
+    let dir = tempfile::tempdir().unwrap();
+    let spec = rwo("vol");
+    let mut config = config(&pki, dir.path(), std::slice::from_ref(&spec));
+    config.dedup_capacity = 2;
+    let server = worker::Server::start(
+        config,
+        worker::Tokens::new([TOKEN]),
+        Arc::new(worker::ManualClock::new(1_000_000)),
+    )
+    .await
+    .unwrap();
+    let owner = client(&pki, &spec, &[server.endpoint()], budgets()).with_epoch(epoch(1));
+    owner.call(claim("a")).await.unwrap();
+    owner.call(mkdir(root(), "a")).await.unwrap();
+    let full = owner.call(mkdir(root(), "b")).await.unwrap_err();
+    assert!(
+        matches!(
+            full,
+            Error::Unavailable {
+                last: lease_client::Failure::WorkerBusy,
+                ..
+            }
+        ),
+        "{full:?}"
+    );
+    // Full, and yet the lease and the open handles are kept alive.
+    owner
+        .call(worker_proto::v1::request::Op::RenewMount(Default::default()))
+        .await
+        .unwrap();
+    owner
+        .call(worker_proto::v1::request::Op::RenewHandles(
+            Default::default(),
+        ))
+        .await
+        .unwrap();
+    server.stop().await;
+}
