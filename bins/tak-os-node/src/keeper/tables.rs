@@ -1,7 +1,7 @@
 //! A stage's node and handle tables as the keeper keeps them: the state the owner deposited,
 //! with every change the owner wrote ahead since applied.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 use fusefs::{ConnectionNonce, HandleState, MountState, NodeState, ROOT_NODE};
 use lease_client::protocol::FileId;
@@ -19,8 +19,6 @@ pub struct Tables {
     nonce: ConnectionNonce,
     nodes: BTreeMap<u64, NodeState>,
     handles: BTreeMap<u64, HandleState>,
-    /// The kernel request that opened each handle written ahead.
-    openers: HashMap<u64, u64>,
 }
 
 /// Why a journal could not be applied; nothing of it was.
@@ -41,7 +39,6 @@ impl Tables {
             nonce: state.nonce,
             nodes,
             handles,
-            openers: HashMap::new(),
         }
     }
 
@@ -77,7 +74,9 @@ impl Tables {
                     ino,
                     generation,
                     flags,
-                    unique,
+                    // The opening request, for releasing handles whose reply never reached
+                    // the kernel: not built yet (HANDOFF.md, section 4).
+                    unique: _,
                 } => {
                     let file = FileId {
                         ino,
@@ -91,20 +90,13 @@ impl Tables {
                             flags,
                         },
                     );
-                    self.openers.insert(handle, unique);
                 }
                 Change::Released { handle } => {
                     self.handles.remove(&handle);
-                    self.openers.remove(&handle);
                 }
             }
         }
         Ok(())
-    }
-
-    /// The kernel request that opened `handle`, if it was written ahead.
-    pub fn opener(&self, handle: u64) -> Option<u64> {
-        self.openers.get(&handle).copied()
     }
 
     /// The tables as a state, nodes and handles in ID order.
@@ -158,7 +150,6 @@ mod tests {
                 Change::Forgotten { node: 1 },
             ])
             .unwrap();
-        assert_eq!(tables.opener(4), Some(80));
         let state = tables.state().0;
         assert_eq!(state.nonce, ConnectionNonce([4; 16]));
         assert_eq!(
@@ -182,7 +173,6 @@ mod tests {
         let state = tables.state().0;
         assert_eq!(state.nodes, [node(1, 1, 1), node(7, 8, 1)]);
         assert!(state.handles.is_empty());
-        assert_eq!(tables.opener(4), None);
     }
 
     #[test]

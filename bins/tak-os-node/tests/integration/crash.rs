@@ -17,7 +17,7 @@ use tak_os_node::owner::{Hook, StagePoint};
 use tonic::Code;
 
 use crate::support::{
-    Cluster, NAMESPACE, ServerProcess, mounts_under, privileged, publish_request, stage_request,
+    Cluster, ServerProcess, mounts_under, owner_flags, privileged, publish_request, stage_request,
     unpublish_request, unstage_request,
 };
 
@@ -43,36 +43,17 @@ fn child_owner_process() {
     while !gate.is_empty() && !Path::new(gate).exists() {
         std::thread::sleep(Duration::from_millis(2));
     }
-    let keeper_args = match keeper {
-        "" => vec![],
-        keeper => vec!["--keeper-socket", keeper],
-    };
-    let cli = <Cli as clap::Parser>::try_parse_from(
-        [
-            "tak-os-node",
-            "--csi-endpoint",
-            &format!("unix://{socket}"),
-            "--node-id",
-            node,
-            "--kubelet-root",
-            kubelet,
-            "--credentials-dir",
-            credentials,
-            "--credential-namespace",
-            NAMESPACE,
-            "--metrics-address",
-            "",
-            "--lease-seconds",
-            "9",
-            "--lease-renew-seconds",
-            "2",
-            "--call-budget-seconds",
-            "1.5",
-        ]
-        .into_iter()
-        .chain(keeper_args),
-    )
-    .unwrap();
+    let mut args = vec!["tak-os-node".to_owned()];
+    args.extend(owner_flags(
+        Path::new(socket),
+        node,
+        Path::new(kubelet),
+        Path::new(credentials),
+    ));
+    if !keeper.is_empty() {
+        args.extend(["--keeper-socket".to_owned(), keeper.to_owned()]);
+    }
+    let cli = <Cli as clap::Parser>::try_parse_from(args).unwrap();
     let mut config = cli.config().unwrap();
     let die_at = match point {
         "record" => Some(StagePoint::RecordWritten),

@@ -20,7 +20,7 @@ use tak_os_node::config::Cli;
 use tonic::Code;
 
 use crate::support::{
-    Cluster, NAMESPACE, ServerProcess, VerifiedStream, epoch_of, mount_id, mounts_under,
+    Cluster, ServerProcess, VerifiedStream, epoch_of, mount_id, mounts_under, owner_flags,
     privileged, publish_request, stage_request, unpublish_request, unstage_request,
 };
 
@@ -92,25 +92,13 @@ fn the_frontend_restarts_under_io_without_breaking_a_mount() {
             let dir = cluster.dir.path().to_owned();
             let node = cluster.node("node-a");
             let owner_socket = dir.join("owner.sock");
-            let config = cli(&[
-                "--csi-endpoint",
-                &format!("unix://{}", owner_socket.display()),
-                "--node-id",
-                "node-a",
-                "--kubelet-root",
-                &node.kubelet.display().to_string(),
-                "--credentials-dir",
-                &cluster.credentials.display().to_string(),
-                "--credential-namespace",
-                NAMESPACE,
-                // The worker's lease is a tenth of the default (9 s): renew every 2 s.
-                "--lease-seconds",
-                "9",
-                "--lease-renew-seconds",
-                "2",
-                "--call-budget-seconds",
-                "1.5",
-            ]);
+            let flags = owner_flags(&owner_socket, "node-a", &node.kubelet, &cluster.credentials);
+            let config = <Cli as clap::Parser>::try_parse_from(
+                std::iter::once("tak-os-node".to_owned()).chain(flags),
+            )
+            .unwrap()
+            .config()
+            .unwrap();
             let (stop_owner, stopped) = tokio::sync::oneshot::channel::<()>();
             let owner = tokio::spawn(tak_os_node::run(
                 config,
