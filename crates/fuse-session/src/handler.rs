@@ -5,7 +5,7 @@ use std::borrow::Cow;
 use std::future::Future;
 
 use bytes::Bytes;
-use fuse_wire::{Errno, Request, Unique, reply};
+use fuse_wire::{Errno, Opcode, Request, Unique, reply};
 use tokio::sync::watch;
 
 /// A filesystem behind a [`Session`](crate::Session).
@@ -31,6 +31,16 @@ pub trait Handler: Send + Sync + 'static {
         context: RequestContext,
         request: Request<'a>,
     ) -> impl Future<Output = Reply> + Send + 'a;
+
+    /// Called once the reply to request `unique` (an `opcode` request) was written to the
+    /// kernel: `delivered` is true when the kernel took it, false when it refused it (the
+    /// request was no longer waited for, or the connection had ended) or when the handler's
+    /// reply was replaced by `EIO`. For requests that hand the kernel something it must later
+    /// give back (an open handle), so that the handler knows the kernel holds it. Not called
+    /// for requests that get no reply. Does nothing unless implemented.
+    fn replied(&self, unique: Unique, opcode: Opcode, delivered: bool) {
+        let _ = (unique, opcode, delivered);
+    }
 }
 
 /// What a handler learns about its request besides the request itself: whether the kernel

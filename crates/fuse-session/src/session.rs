@@ -633,7 +633,8 @@ impl<H: Handler> Reader<H> {
                 Reply::error(unique, Errno::EIO)
             });
             if needs_reply {
-                answer(&device, &counts, unique, header.opcode, reply);
+                let delivered = answer(&device, &counts, unique, header.opcode, reply);
+                handler.replied(unique, header.opcode, delivered);
             }
             in_flight.finish(unique.raw());
             // The descriptor before the permit: once a pause holds every permit, no task
@@ -654,16 +655,18 @@ impl<H: Handler> Reader<H> {
 }
 
 /// Writes a reply, replacing a missing or wrong one with `EIO`, and logs what the kernel
-/// refuses.
+/// refuses. Whether the kernel took the handler's reply as it was.
 fn answer(
     device: &AsyncFd<OwnedFd>,
     counts: &Counts,
     unique: Unique,
     opcode: Opcode,
     reply: Reply,
-) {
-    let (message, body) = match reply.into_parts() {
-        Some((message, body)) if reply_is_for(&message, body.as_deref(), unique) => (message, body),
+) -> bool {
+    let (message, body, replaced) = match reply.into_parts() {
+        Some((message, body)) if reply_is_for(&message, body.as_deref(), unique) => {
+            (message, body, false)
+        }
         wrong => {
             error!(
                 ?unique,
@@ -674,7 +677,7 @@ fn answer(
             bump(&counts.replaced_replies);
             let mut eio = Vec::new();
             reply::error(&mut eio, unique, Errno::EIO);
-            (eio, None)
+            (eio, None, true)
         }
     };
     let fd = device.get_ref().as_fd();
@@ -695,7 +698,9 @@ fn answer(
             }
             _ => warn!(?unique, %opcode, error = %e, "writing a FUSE reply failed"),
         }
+        return false;
     }
+    !replaced
 }
 
 /// Whether `message` (followed by `body`, when the reply is written in two parts) is a

@@ -115,6 +115,22 @@ fn a_fresh_mount_serves_stat_read_write_readdir_and_statfs() {
     );
     assert_eq!(log.count(Opcode::GETXATTR), 0, "never reaches the handler");
 
+    // Every reply the kernel took is reported delivered, and no request without a reply
+    // (FORGET) is reported at all.
+    let replied = log.replied();
+    let opens = replied.iter().filter(|r| r.0 == Opcode::OPEN).count();
+    assert!(opens >= 3, "{replied:?}");
+    assert_eq!(opens, log.count(Opcode::OPEN));
+    assert!(
+        replied.iter().all(|&(_, _, delivered)| delivered),
+        "{replied:?}"
+    );
+    assert!(
+        !replied
+            .iter()
+            .any(|r| r.0 == Opcode::FORGET || r.0 == Opcode::BATCH_FORGET)
+    );
+
     let counters = session.counters();
     assert_eq!((counters.malformed, counters.unexpected_inits), (0, 0));
     assert_eq!(counters.replaced_replies, 0);

@@ -135,10 +135,11 @@ pub(crate) struct Seen {
     pub(crate) name: Option<OsString>,
 }
 
-/// The requests one handler instance saw.
+/// The requests one handler instance saw, and what became of its replies.
 #[derive(Debug, Default)]
 pub(crate) struct Log {
     seen: Mutex<Vec<Seen>>,
+    replied: Mutex<Vec<(Opcode, Unique, bool)>>,
 }
 
 impl Log {
@@ -160,6 +161,11 @@ impl Log {
             .iter()
             .filter(|s| s.opcode == opcode)
             .count()
+    }
+
+    /// Each reply written: its request's opcode and `unique`, and whether the kernel took it.
+    pub(crate) fn replied(&self) -> Vec<(Opcode, Unique, bool)> {
+        lock(&self.replied).clone()
     }
 
     /// The `unique` of every LOOKUP of `name`.
@@ -419,5 +425,9 @@ impl Handler for MemFs {
             return reply;
         }
         self.serve(&request.header, request.op)
+    }
+
+    fn replied(&self, unique: Unique, opcode: Opcode, delivered: bool) {
+        lock(&self.log.replied).push((opcode, unique, delivered));
     }
 }

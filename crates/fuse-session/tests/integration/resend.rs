@@ -1,6 +1,7 @@
 //! What happens to a request that was read but never answered when its reader goes and a copy
 //! of the descriptor survives: it waits, a successor does not see it, and
-//! `FUSE_NOTIFY_RESEND` delivers it again with the resend bit.
+//! `FUSE_NOTIFY_RESEND` delivers it again with the resend bit, after which the kernel
+//! refuses a late reply to the first reading.
 
 use std::os::fd::AsFd;
 use std::os::unix::fs::MetadataExt;
@@ -9,9 +10,10 @@ use fuse_session::notify_resend;
 use fuse_wire::{InitRecord, Unique};
 
 use crate::handoff::{Owner, start_owner};
-use crate::memfs::{MemFs, STUCK};
+use crate::memfs::{MemFs, STUCK, Stuck};
 use crate::support::{
-    MountPoint, PROMPT, STILL_WAITING, adopt, bounded, mount_stuck, runtime, started, wait_ended,
+    MountPoint, PROMPT, STILL_WAITING, adopt, bounded, mount_stuck, options, runtime, started,
+    wait_ended,
 };
 
 #[test]
@@ -131,6 +133,56 @@ fn a_request_abandoned_by_a_dropped_session_waits_for_a_resend() {
          that sent no RESEND; after RESEND it came again as {:#x}",
         held.raw(),
         lookups[0].raw()
+    );
+
+    mnt.unmount();
+    wait_ended(&rt, &session);
+}
+
+#[test]
+fn a_reply_to_a_request_resent_meanwhile_is_reported_undelivered() {
+    if !test_support::private_mount_namespace_with_fuse(
+        "a_reply_to_a_request_resent_meanwhile_is_reported_undelivered",
+    ) {
+        return;
+    }
+    let mnt = MountPoint::new();
+    let rt = runtime();
+    let (gate, gate_rx) = tokio::sync::watch::channel(false);
+    let (entered_tx, mut entered) = tokio::sync::mpsc::unbounded_channel();
+    let handler = MemFs::new().stuck(Stuck::UntilOpened(gate_rx), entered_tx);
+    let log = handler.log();
+    let session = rt
+        .block_on(fuse_session::Session::mount(&mnt.path, &options(), handler))
+        .unwrap();
+    let mut next_entered = || {
+        rt.block_on(async { tokio::time::timeout(PROMPT, entered.recv()).await })
+            .expect("the handler holds the request")
+            .unwrap()
+    };
+
+    let path = mnt.file(STUCK);
+    let stuck = started(move || std::fs::metadata(path));
+    let first = next_entered();
+    // While the first reading of the request is held, the kernel is asked to send it again:
+    // the same session reads it a second time, under the resend bit.
+    notify_resend(session.descriptor(), session.record()).unwrap();
+    let second = next_entered();
+    assert!(!first.is_resend() && second.is_resend());
+    assert_eq!(first.id(), second.id());
+
+    gate.send_replace(true);
+    assert_eq!(stuck.recv_timeout(PROMPT).unwrap().unwrap().ino(), 4);
+    let lookups: Vec<(Unique, bool)> = log
+        .replied()
+        .into_iter()
+        .filter(|r| r.0 == fuse_wire::Opcode::LOOKUP && r.1.id() == first.id())
+        .map(|r| (r.1, r.2))
+        .collect();
+    assert_eq!(lookups.len(), 2, "{lookups:?}");
+    assert!(
+        lookups.contains(&(first, false)) && lookups.contains(&(second, true)),
+        "the kernel refuses the reply to the request it sent again: {lookups:?}"
     );
 
     mnt.unmount();
