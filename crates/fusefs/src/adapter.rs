@@ -10,7 +10,8 @@ use std::time::Duration;
 use fuse_session::{Handler, Reply, RequestContext};
 use fuse_wire::{
     Attr, AttrOut, DirBuffer, DirPlusBuffer, EntryOut, FopenFlags, FsyncFlags, GetattrFlags,
-    OpenOut, Operation, Request, SetattrIn, SetattrValid, StatfsOut, Unique, WriteOut, reply,
+    Opcode, OpenOut, Operation, Request, SetattrIn, SetattrValid, StatfsOut, Unique, WriteOut,
+    reply,
 };
 
 use crate::error::{self, Error};
@@ -52,6 +53,13 @@ impl<S: FileService> Handler for FuseAdapter<S> {
                 self.fs.interrupt(unique.raw());
                 work.await
             }
+        }
+    }
+
+    /// Marks the handle an OPEN or CREATE reply carried delivered ([`Fs::replied`]).
+    fn replied(&self, unique: Unique, opcode: Opcode, delivered: bool) {
+        if matches!(opcode, Opcode::OPEN | Opcode::CREATE) {
+            self.fs.replied(unique.raw(), delivered);
         }
     }
 }

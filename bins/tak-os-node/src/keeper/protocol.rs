@@ -16,7 +16,9 @@
 //! deposit without `tables` (an older owner) carries no memfd unless handed over, and one
 //! without a retention is never kept after its owner dies; a keeper that does not know
 //! `journal` refuses it, and the owner then serves on without writing ahead, as it would
-//! without a keeper.
+//! without a keeper. [`Change::Delivered`] came with version 3 of the stage state: an owner
+//! sends it only to a keeper that took a version 3 state, and gives a keeper that refuses one
+//! a version 2 state (its tables without delivery marks) instead.
 
 use std::collections::BTreeMap;
 use std::io;
@@ -152,8 +154,14 @@ pub enum Change {
         generation: u64,
         /// The open flags.
         flags: u32,
-        /// The kernel request that opened it.
+        /// The kernel request that opened it, without its resend and interrupt bits
+        /// ([`HandleState::opened_by`]).
         unique: u64,
+    },
+    /// The kernel took the reply that handed it the handle.
+    Delivered {
+        /// The FUSE file handle.
+        handle: u64,
     },
     /// The kernel released the handle.
     Released {
@@ -174,13 +182,14 @@ impl From<fusefs::TableChange> for Change {
                 generation: inode_generation,
             },
             T::Forgotten { node } => Change::Forgotten { node },
-            T::Opened { handle, unique } => Change::Opened {
+            T::Opened { handle } => Change::Opened {
                 handle: handle.handle,
                 ino: handle.file.ino,
                 generation: handle.file.inode_generation,
                 flags: handle.flags,
-                unique,
+                unique: handle.opened_by.unwrap_or(0),
             },
+            T::Delivered { handle } => Change::Delivered { handle },
             T::Released { handle } => Change::Released { handle },
         }
     }
@@ -354,31 +363,53 @@ pub(crate) fn hex_decode(text: &str) -> Option<Vec<u8>> {
 /// The tables a successor needs to serve a stage: the connection's nonce, every node the
 /// kernel holds and every open handle, [`MountState`] as bytes.
 ///
-/// Layout (little endian): `TKST`, version `u32` (2), the connection nonce (16 bytes), node
+/// Layout (little endian): `TKST`, version `u32` (3), the connection nonce (16 bytes), node
 /// count `u64`, then per node its ID, inode generation and lookup count (`u64` each); handle
-/// count `u64`, then per handle the handle, inode, inode generation (`u64` each) and open
-/// flags (`u32`). Version 1, without the nonce, is refused: a successor that made up a nonce
-/// would send a crashed owner's calls again under other request IDs.
+/// count `u64`, then per handle the handle, inode, inode generation (`u64` each), open flags
+/// (`u32`) and the request that opened it while it is not known to be delivered (`u64`, 0
+/// once delivered: the kernel numbers no request 0).
+///
+/// Version 2 is version 3 without the opening request (every handle counts as delivered); it
+/// is read, and written when every handle is delivered, so that an owner of the version
+/// before can still take over most stages. Version 1, without the nonce, is refused: a
+/// successor that made up a nonce would send a crashed owner's calls again under other
+/// request IDs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StageState(pub MountState);
 
 const STATE_MAGIC: &[u8; 4] = b"TKST";
-const STATE_VERSION: u32 = 2;
+/// The newest version of the stage state.
+pub const STATE_VERSION: u32 = 3;
+/// The version before, without delivery marks.
+pub const STATE_VERSION_UNMARKED: u32 = 2;
 const NODE_BYTES: usize = 24;
-const HANDLE_BYTES: usize = 28;
+/// The largest entry: a handle of version 3.
+pub(crate) const HANDLE_BYTES: usize = 36;
 
 impl StageState {
-    /// The bytes.
+    /// The bytes, in the oldest version that holds the state: version 2 when every handle
+    /// is delivered, else version 3.
     pub fn encode(&self) -> Vec<u8> {
+        let marked = self.0.handles.iter().any(|h| h.opened_by.is_some());
+        self.encode_as(if marked {
+            STATE_VERSION
+        } else {
+            STATE_VERSION_UNMARKED
+        })
+    }
+
+    /// The bytes in `version` (2 or 3); version 2 leaves the delivery marks out.
+    pub fn encode_as(&self, version: u32) -> Vec<u8> {
         let MountState {
             nonce,
             nodes,
             handles,
         } = &self.0;
+        let marked = version >= STATE_VERSION;
         let mut out =
             Vec::with_capacity(40 + nodes.len() * NODE_BYTES + handles.len() * HANDLE_BYTES);
         out.extend_from_slice(STATE_MAGIC);
-        out.extend_from_slice(&STATE_VERSION.to_le_bytes());
+        out.extend_from_slice(&version.to_le_bytes());
         out.extend_from_slice(&nonce.0);
         out.extend_from_slice(&(nodes.len() as u64).to_le_bytes());
         for node in nodes {
@@ -392,6 +423,9 @@ impl StageState {
                 out.extend_from_slice(&v.to_le_bytes());
             }
             out.extend_from_slice(&handle.flags.to_le_bytes());
+            if marked {
+                out.extend_from_slice(&handle.opened_by.unwrap_or(0).to_le_bytes());
+            }
         }
         out
     }
@@ -403,11 +437,12 @@ impl StageState {
             return Err(ProtocolError::State("not a stage state".to_owned()));
         }
         let version = cursor.u32()?;
-        if version != STATE_VERSION {
+        if !(STATE_VERSION_UNMARKED..=STATE_VERSION).contains(&version) {
             return Err(ProtocolError::State(format!(
-                "version {version}, not {STATE_VERSION}"
+                "version {version}, not {STATE_VERSION_UNMARKED} or {STATE_VERSION}"
             )));
         }
+        let marked = version >= STATE_VERSION;
         let nonce = ConnectionNonce(cursor.take::<16>()?);
         let mut nodes = Vec::new();
         for _ in 0..cursor.u64()? {
@@ -426,6 +461,10 @@ impl StageState {
                     inode_generation: cursor.u64()?,
                 },
                 flags: cursor.u32()?,
+                opened_by: match marked {
+                    true => Some(cursor.u64()?).filter(|&unique| unique != 0),
+                    false => None,
+                },
             });
         }
         if !cursor.0.is_empty() {
@@ -439,14 +478,22 @@ impl StageState {
     }
 
     /// The state in a sealed memfd (no write, grow or shrink: what the receiver reads is what
-    /// was written).
+    /// was written), in the oldest version that holds it ([`StageState::encode`]).
     pub fn to_memfd(&self) -> io::Result<OwnedFd> {
+        self.to_memfd_as(None)
+    }
+
+    /// [`StageState::to_memfd`] in `version`, when given.
+    pub fn to_memfd_as(&self, version: Option<u32>) -> io::Result<OwnedFd> {
         use rustix::fs::{MemfdFlags, SealFlags};
         let fd = rustix::fs::memfd_create(
             "tak-os-stage-state",
             MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING,
         )?;
-        let bytes = self.encode();
+        let bytes = match version {
+            Some(version) => self.encode_as(version),
+            None => self.encode(),
+        };
         let mut written = 0;
         while written < bytes.len() {
             written += rustix::io::write(&fd, &bytes[written..])?;
@@ -555,6 +602,7 @@ mod tests {
                         flags: 1,
                         unique: 1 << 40,
                     },
+                    Change::Delivered { handle: 4 },
                     Change::Released { handle: 4 },
                     Change::Forgotten { node: 9 },
                 ],
@@ -657,17 +705,44 @@ mod tests {
                     lookups: 3,
                 },
             ],
-            handles: vec![HandleState {
-                handle: 5,
-                file: FileId {
-                    ino: 99,
-                    inode_generation: 7,
+            handles: vec![
+                HandleState {
+                    handle: 5,
+                    file: FileId {
+                        ino: 99,
+                        inode_generation: 7,
+                    },
+                    flags: libc_o_append(),
+                    opened_by: None,
                 },
-                flags: libc_o_append(),
-            }],
+                HandleState {
+                    handle: 6,
+                    file: FileId {
+                        ino: 99,
+                        inode_generation: 7,
+                    },
+                    flags: 0,
+                    opened_by: Some(0x8a),
+                },
+            ],
         });
         let bytes = state.encode();
+        assert_eq!(bytes[4..8], STATE_VERSION.to_le_bytes());
         assert_eq!(StageState::decode(&bytes).unwrap(), state);
+
+        // Every handle delivered: written as version 2, which an owner of the version before
+        // reads; version 2 is read as every handle delivered.
+        let mut delivered = state.clone();
+        delivered.0.handles[1].opened_by = None;
+        let v2 = delivered.encode();
+        assert_eq!(v2[4..8], STATE_VERSION_UNMARKED.to_le_bytes());
+        assert_eq!(v2.len(), bytes.len() - 2 * 8);
+        assert_eq!(StageState::decode(&v2).unwrap(), delivered);
+        let unmarked = state.encode_as(STATE_VERSION_UNMARKED);
+        assert_eq!(StageState::decode(&unmarked).unwrap(), delivered);
+        let fd = state.to_memfd_as(Some(STATE_VERSION)).unwrap();
+        assert_eq!(StageState::from_memfd(&fd).unwrap(), state);
+
         let fd = state.to_memfd().unwrap();
         assert_eq!(StageState::from_memfd(&fd).unwrap(), state);
         // Sealed: it cannot be changed after the fact.
@@ -679,6 +754,10 @@ mod tests {
         let mut trailing = bytes.clone();
         trailing.push(0);
         assert!(StageState::decode(&trailing).is_err());
+        let mut future = bytes.clone();
+        future[4..8].copy_from_slice(&4u32.to_le_bytes());
+        let refused = StageState::decode(&future).unwrap_err();
+        assert!(refused.to_string().contains("version 4"), "{refused}");
         let mut huge = bytes[..24].to_vec();
         huge.extend_from_slice(&u64::MAX.to_le_bytes());
         assert!(

@@ -6,12 +6,12 @@ use std::collections::BTreeMap;
 use fusefs::{ConnectionNonce, HandleState, MountState, NodeState, ROOT_NODE};
 use lease_client::protocol::FileId;
 
-use super::protocol::{Change, MAX_STATE_BYTES, StageState};
+use super::protocol::{Change, HANDLE_BYTES, MAX_STATE_BYTES, StageState};
 
 /// The most nodes and handles one stage's tables hold: what fits in [`MAX_STATE_BYTES`] at the
-/// largest entry (a handle, 28 bytes) after the 40-byte header, so that any tables the keeper
-/// accepts encode to a state a successor reads.
-pub const MAX_ENTRIES: usize = ((MAX_STATE_BYTES - 40) / 28) as usize;
+/// largest entry (a handle with its opening request) after the 40-byte header, so that any
+/// tables the keeper accepts encode to a state a successor reads.
+pub const MAX_ENTRIES: usize = ((MAX_STATE_BYTES - 40) / HANDLE_BYTES as u64) as usize;
 
 /// One stage's tables.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -43,7 +43,9 @@ impl Tables {
     }
 
     /// Applies `changes` in order, all or none. A node handed over again keeps its entry (a
-    /// new generation replaces it, with one lookup); the root is never forgotten.
+    /// new generation replaces it, with one lookup); the root is never forgotten. A handle is
+    /// undelivered from its opening until marked delivered; a mark for a handle no longer
+    /// held (released before its mark came) changes nothing.
     pub fn apply(&mut self, changes: &[Change]) -> Result<(), TablesError> {
         let added = changes
             .iter()
@@ -74,9 +76,7 @@ impl Tables {
                     ino,
                     generation,
                     flags,
-                    // The opening request, for releasing handles whose reply never reached
-                    // the kernel: not built yet (HANDOFF.md, section 4).
-                    unique: _,
+                    unique,
                 } => {
                     let file = FileId {
                         ino,
@@ -88,8 +88,14 @@ impl Tables {
                             handle,
                             file,
                             flags,
+                            opened_by: Some(unique).filter(|&u| u != 0),
                         },
                     );
+                }
+                Change::Delivered { handle } => {
+                    if let Some(entry) = self.handles.get_mut(&handle) {
+                        entry.opened_by = None;
+                    }
                 }
                 Change::Released { handle } => {
                     self.handles.remove(&handle);
@@ -158,6 +164,18 @@ mod tests {
             "the root stays; a node handed over again keeps its count"
         );
         assert_eq!(state.handles.len(), 1);
+        assert_eq!(state.handles[0].opened_by, Some(80), "undelivered");
+
+        // Delivered; a mark for a handle no longer held changes nothing.
+        tables
+            .apply(&[
+                Change::Delivered { handle: 4 },
+                Change::Delivered { handle: 77 },
+            ])
+            .unwrap();
+        let state = tables.state().0;
+        assert_eq!(state.handles.len(), 1);
+        assert_eq!(state.handles[0].opened_by, None);
 
         // A reused inode number; a release; a forget.
         tables

@@ -315,9 +315,15 @@ fn five_owner_kills_under_io_are_ridden_through_by_successors() {
             stream.progress().await;
             let quiet = stream.take_longest_write();
             let mut stalls = Vec::new();
+            let mut fresh = Vec::new();
             for round in 0..5 {
                 stream.take_longest_write();
                 mutations.progress().await;
+                // Opened just before the kill: its delivery mark may not have reached the
+                // keeper, and its request is not resent (the kernel has the reply), so the
+                // successor must keep it as delivered.
+                let file = fs::File::create(target.join(format!("fresh{round}"))).unwrap();
+                fresh.push(file);
                 // SIGKILL: no hand-over. Requests the owner had read wait in the kernel until
                 // the successor has them resent.
                 owner.kill();
@@ -357,6 +363,14 @@ fn five_owner_kills_under_io_are_ridden_through_by_successors() {
             assert!(repeats > 0, "no call in flight at any of the kills");
 
             held.still_work(4);
+            for (round, file) in fresh.iter().enumerate() {
+                let text = format!("opened before kill {round}");
+                file.write_all_at(text.as_bytes(), 0).unwrap();
+                assert_eq!(
+                    fs::read_to_string(target.join(format!("fresh{round}"))).unwrap(),
+                    text
+                );
+            }
             assert_eq!(epoch_of(&staging), epoch, "the lease epoch is unchanged");
             assert_eq!(mount_id(&staging), stage_mount, "never remounted");
             let log = fs::read_to_string(dir.join("owners.log")).unwrap();
@@ -366,7 +380,7 @@ fn five_owner_kills_under_io_are_ridden_through_by_successors() {
                 "each successor took over a crashed owner's stage:\n{log}"
             );
 
-            drop(held);
+            drop((held, fresh));
             unpublish_and_unstage(&mut client, &stage, &target).await;
             assert!(mounts_under(&node.kubelet).is_empty());
             drop((owner, keeper));
@@ -610,6 +624,20 @@ fn every_node_and_handle_the_kernel_is_given_is_written_ahead_to_the_keeper() {
                 "{open:?}"
             );
             assert_eq!(state.nonce, tables_of(&keeper.socket, &staging).nonce);
+            // Each handle names the request that opened it until its reply is known to have
+            // reached the kernel; the marks follow within a check.
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while tables_of(&keeper.socket, &staging)
+                .handles
+                .iter()
+                .any(|h| h.opened_by.is_some())
+            {
+                assert!(
+                    Instant::now() < deadline,
+                    "the delivery marks never arrived"
+                );
+                std::thread::sleep(Duration::from_millis(100));
+            }
 
             // Closed: the releases need no wait; they reach the keeper within a check.
             drop((held, gone));

@@ -88,6 +88,9 @@ pub struct Fs<S> {
     nodes: Mutex<Nodes>,
     /// Open worker handles (the FUSE file handle *is* the worker's handle) and their files.
     handles: Mutex<HashMap<u64, OpenFile>>,
+    /// Handles whose OPEN or CREATE reply the kernel has not been seen to take, by the ID of
+    /// that request ([`HandleState::opened_by`]).
+    undelivered: Mutex<HashMap<u64, u64>>,
     /// The handle lease the workers last stated.
     handle_lease: Mutex<Option<Duration>>,
     /// Interrupts for requests that have not been sent yet.
@@ -147,6 +150,7 @@ impl<S: FileService> Fs<S> {
             config,
             nonce,
             handles: Mutex::new(HashMap::new()),
+            undelivered: Mutex::new(HashMap::new()),
             handle_lease: Mutex::new(None),
             interrupts: Mutex::new(VecDeque::new()),
             write_ahead: OnceLock::new(),
@@ -157,10 +161,17 @@ impl<S: FileService> Fs<S> {
     /// A filesystem that serves a connection another `Fs` served before: it takes over the
     /// connection's nonce, the nodes (with their lookup counts) and open handles of `state`,
     /// that `Fs`'s [`Fs::state`] at the moment it stopped serving. The handles are renewed at
-    /// once when the renewal starts ([`Fs::run_handle_renewal`]).
+    /// once when the renewal starts ([`Fs::run_handle_renewal`]); one not known to be
+    /// delivered is settled if its opening request comes again ([`HandleState::opened_by`]).
     pub fn with_state(service: S, config: FsConfig, state: &MountState) -> Self {
         let fs = Fs::with_nonce(service, config, state.nonce);
         *lock(&fs.nodes) = Nodes::restore(config.root_generation, &state.nodes);
+        lock(&fs.undelivered).extend(
+            state
+                .handles
+                .iter()
+                .filter_map(|h| Some((h.opened_by?, h.handle))),
+        );
         lock(&fs.handles).extend(state.handles.iter().map(|h| {
             (
                 h.handle,

@@ -886,23 +886,34 @@ async fn new_nodes_and_handles_are_written_ahead_before_the_reply_and_the_rest_a
         .await
         .unwrap();
     let opened = |handle, ino, flags, unique| TableChange::Opened {
-        handle: HandleState {
-            handle,
-            file: FileId {
-                ino,
-                inode_generation: ino + 100,
-            },
-            flags,
-        },
-        unique,
+        handle: handle_state(handle, ino, flags, Some(unique)),
     };
     assert_eq!(created.opened.handle, 5);
     assert_eq!(
         journal.take(),
         [(true, vec![node(11), opened(5, 11, 2, 6)])]
     );
+    // Undelivered until the kernel takes the reply; then noted delivered.
+    let opened_by = |fs: &Fs<FewFiles>| fs.state().handles[0].opened_by;
+    assert_eq!(opened_by(&fs), Some(6));
+    fs.replied(6, true);
+    assert_eq!(opened_by(&fs), None);
+    assert_eq!(
+        journal.take(),
+        [(false, vec![TableChange::Delivered { handle: 5 }])]
+    );
+    // A reply the kernel refused leaves the handle undelivered (its request may come again).
     fs.open(request(8), 10, 0).await.unwrap();
     assert_eq!(journal.take(), [(true, vec![opened(6, 10, 0, 8)])]);
+    fs.replied(8, false);
+    fs.replied(100, true);
+    assert_eq!(journal.take(), []);
+    assert_eq!(fs.state().handles[1].opened_by, Some(8));
+    fs.replied(8, true);
+    assert_eq!(
+        journal.take(),
+        [(false, vec![TableChange::Delivered { handle: 6 }])]
+    );
 
     // READDIRPLUS: the entries the kernel does not hold, before the reply.
     let listing = fs.readdirplus(request(10), ROOT_NODE, 0).await.unwrap();
@@ -991,4 +1002,156 @@ async fn no_part_of_a_write_starts_later_than_one_call_budget_after_the_first() 
     // With no time at all after the first part, the write ends short after it.
     assert_eq!(written as usize, PART);
     assert_eq!(fs.service().take().len(), 1);
+}
+
+fn handle_state(handle: u64, ino: u64, flags: u32, opened_by: Option<u64>) -> HandleState {
+    HandleState {
+        handle,
+        file: FileId {
+            ino,
+            inode_generation: ino + 100,
+        },
+        flags,
+        opened_by,
+    }
+}
+
+/// A worker whose opens answer the handles the test lines up (`None`: the open fails), and
+/// that records every handle released.
+#[derive(Default)]
+struct Reopening {
+    opens: Mutex<VecDeque<Option<u64>>>,
+    released: Mutex<Vec<(Option<RequestId>, u64)>>,
+}
+
+impl FileService for Reopening {
+    fn call(
+        &self,
+        request_id: Option<RequestId>,
+        _until: Option<Instant>,
+        op: Op,
+    ) -> impl Future<Output = Result<ReplyResult, Error>> + Send {
+        let result = match op {
+            Op::Open(_) => match lock(&self.opens).pop_front().flatten() {
+                Some(handle) => Ok(ReplyResult::Open(v1::OpenReply {
+                    handle,
+                    handle_lease_ms: 0,
+                })),
+                None => Err(Error::Refused {
+                    volume_id: "v".into(),
+                    op: "open",
+                    refusal: Refusal::Errno(libc::EIO),
+                }),
+            },
+            Op::Release(r) => {
+                lock(&self.released).push((request_id, r.handle));
+                Ok(ReplyResult::Release(v1::Empty {}))
+            }
+            _ => Err(Error::Refused {
+                volume_id: "v".into(),
+                op: "other",
+                refusal: Refusal::InvalidRequest,
+            }),
+        };
+        std::future::ready(result)
+    }
+}
+
+#[tokio::test]
+async fn a_successor_settles_the_handles_whose_open_reply_was_never_delivered() {
+    // A dead owner's tables: handles 20, 21 and 22 opened by requests 30, 32 and 34 whose
+    // replies were not seen to reach the kernel; 23 delivered.
+    let state = MountState {
+        nonce: ConnectionNonce([9; 16]),
+        nodes: vec![crate::NodeState {
+            node: ROOT_NODE,
+            inode_generation: FsConfig::default().root_generation,
+            lookups: 1,
+        }],
+        handles: vec![
+            handle_state(20, 10, 0, Some(30)),
+            handle_state(21, 10, 0, Some(32)),
+            handle_state(22, 10, 0, Some(34)),
+            handle_state(23, 10, 0, None),
+        ],
+    };
+    let fs = Fs::with_state(Reopening::default(), FsConfig::default(), &state);
+    let journal = Arc::new(Journal::default());
+    journal.gate.add_permits(10);
+    fs.write_ahead_to(journal.clone());
+    assert_eq!(fs.state(), state, "taken over as it was");
+    let resent = |unique: u64| Caller {
+        unique: unique | fuse_wire::Unique::RESEND_BIT,
+        ..caller()
+    };
+    let handles = |fs: &Fs<Reopening>| -> Vec<(u64, Option<u64>)> {
+        fs.state()
+            .handles
+            .iter()
+            .map(|h| (h.handle, h.opened_by))
+            .collect()
+    };
+    *lock(&fs.service().opens) = [Some(20), Some(24), None, None].into();
+
+    // Request 30 again: the worker answers from its reply cache, the same handle. It is kept,
+    // and delivered with this reply.
+    let opened = fs.open(resent(30), ROOT_NODE, 0).await.unwrap();
+    assert_eq!(opened.handle, 20);
+    fs.replied(resent(30).unique, true);
+    assert_eq!(
+        journal.take(),
+        [
+            (
+                true,
+                vec![TableChange::Opened {
+                    handle: HandleState {
+                        file: FileId {
+                            ino: ROOT_NODE,
+                            inode_generation: FsConfig::default().root_generation,
+                        },
+                        ..handle_state(20, 0, 0, Some(30))
+                    }
+                }]
+            ),
+            (false, vec![TableChange::Delivered { handle: 20 }])
+        ]
+    );
+
+    // Request 32 again, answered with another handle: nobody holds 21, so it is released.
+    let opened = fs.open(resent(32), ROOT_NODE, 0).await.unwrap();
+    assert_eq!(opened.handle, 24);
+    // Request 34 again, and the open fails: 22 is released.
+    fs.open(resent(34), ROOT_NODE, 0).await.unwrap_err();
+    // A request that was not resent fails: nothing of the dead owner's is touched.
+    fs.open(
+        Caller {
+            unique: 36,
+            ..caller()
+        },
+        ROOT_NODE,
+        0,
+    )
+    .await
+    .unwrap_err();
+    let released = lock(&fs.service().released).clone();
+    assert_eq!(released.iter().map(|r| r.1).collect::<Vec<_>>(), [21, 22]);
+    assert!(
+        released.iter().all(|r| r.0.is_none()),
+        "releases are made for no kernel request: the client draws random IDs"
+    );
+    let noted: Vec<TableChange> = journal
+        .take()
+        .into_iter()
+        .filter(|(recorded, _)| !recorded)
+        .flat_map(|(_, changes)| changes)
+        .collect();
+    assert_eq!(
+        noted,
+        [
+            TableChange::Released { handle: 21 },
+            TableChange::Released { handle: 22 }
+        ]
+    );
+    // Left: 20 delivered, 23 as it came, 24 awaiting its reply.
+    assert_eq!(handles(&fs), [(20, None), (23, None), (24, Some(32))]);
 }

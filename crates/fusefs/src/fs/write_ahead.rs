@@ -6,7 +6,7 @@
 //! unlinked while open. Whoever serves the connection next must know what they stand for.
 //! [`Fs`](crate::Fs) tells a [`WriteAhead`] about every change: a new node or open handle
 //! before the reply that hands it to the kernel ([`WriteAhead::record`], which the reply
-//! waits for), a forgotten node or released handle afterwards ([`WriteAhead::note`]). The
+//! waits for), a delivered, forgotten or released one afterwards ([`WriteAhead::note`]). The
 //! tables written ahead may hold more than the kernel does (an entry of a READDIRPLUS reply
 //! that did not fit in the kernel's buffer, a handle whose OPEN reply never reached the
 //! kernel), never less.
@@ -33,12 +33,16 @@ pub enum TableChange {
         /// The node ID.
         node: u64,
     },
-    /// Kernel request `unique` (an OPEN or CREATE) opened `handle`.
+    /// A kernel request (an OPEN or CREATE) opened `handle`; its reply is not sent yet.
     Opened {
-        /// The handle, its file and open flags.
+        /// The handle, its file and open flags, and the request
+        /// ([`HandleState::opened_by`], always set here).
         handle: HandleState,
-        /// The kernel's request ID, as the kernel sent it.
-        unique: u64,
+    },
+    /// The kernel took the reply that handed it `handle`.
+    Delivered {
+        /// The FUSE file handle.
+        handle: u64,
     },
     /// The kernel released `handle`.
     Released {
@@ -68,7 +72,7 @@ pub trait WriteAhead: Send + Sync + fmt::Debug + 'static {
     /// reply need not wait longer).
     fn record(&self, changes: Vec<TableChange>) -> Recorded<'_>;
 
-    /// Records `changes` no reply waits for (forgotten nodes, released handles), after any
-    /// change recorded before.
+    /// Records `changes` no reply waits for (delivered handles, forgotten nodes, released
+    /// handles), after any change recorded before.
     fn note(&self, changes: Vec<TableChange>);
 }
