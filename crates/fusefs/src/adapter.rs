@@ -41,6 +41,9 @@ impl<S: FileService> Handler for FuseAdapter<S> {
     /// its outcome, whatever the interrupts.
     async fn handle<'a>(&'a self, context: RequestContext, request: Request<'a>) -> Reply {
         let unique = request.header.unique;
+        if !matches!(request.header.opcode, Opcode::FORGET | Opcode::BATCH_FORGET) {
+            self.fs.read_request(unique.raw());
+        }
         let work = self.dispatch(request);
         if unique.is_resend() {
             return work.await;

@@ -126,6 +126,41 @@ pub struct Deposit {
     /// stage.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resend_window_ms: Option<u64>,
+    /// The deadlines for requests resent a second time or more ([`fusefs::ResendRule`]): in a
+    /// deposit, the rules the owner applies since it took the stage over from an owner that
+    /// died; in a fetch answer, those the successor must apply besides `resend_window_ms`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub resend_rules: Vec<ResendWindow>,
+}
+
+/// A [`fusefs::ResendRule`] on the wire: resent requests with an ID below `below` may be sent
+/// again for `window_ms` more milliseconds (0: no longer).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ResendWindow {
+    /// The first request ID the rule does not cover.
+    pub below: u64,
+    /// The time left, in milliseconds.
+    pub window_ms: u64,
+}
+
+impl ResendWindow {
+    /// The rule as seen from `now`.
+    pub fn of(rule: fusefs::ResendRule, now: std::time::Instant) -> ResendWindow {
+        let left = rule.until.saturating_duration_since(now);
+        ResendWindow {
+            below: rule.below,
+            window_ms: u64::try_from(left.as_millis()).unwrap_or(u64::MAX),
+        }
+    }
+
+    /// The rule, counting the time left from `now` (clamped to [`MAX_CRASH_WINDOW_MS`]).
+    pub fn rule(self, now: std::time::Instant) -> fusefs::ResendRule {
+        let left = std::time::Duration::from_millis(self.window_ms.min(MAX_CRASH_WINDOW_MS));
+        fusefs::ResendRule {
+            below: self.below,
+            until: now.checked_add(left).unwrap_or(now),
+        }
+    }
 }
 
 /// One change to a stage's tables ([`fusefs::TableChange`] on the wire).
@@ -168,6 +203,12 @@ pub enum Change {
         /// The FUSE file handle.
         handle: u64,
     },
+    /// The first request the owner read first-hand after taking the stage over from an owner
+    /// that died: the boundary of its open resend rule.
+    FirstRead {
+        /// The request's ID without its resend and interrupt bits.
+        unique: u64,
+    },
 }
 
 impl From<fusefs::TableChange> for Change {
@@ -191,6 +232,7 @@ impl From<fusefs::TableChange> for Change {
             },
             T::Delivered { handle } => Change::Delivered { handle },
             T::Released { handle } => Change::Released { handle },
+            T::FirstRead { unique } => Change::FirstRead { unique },
         }
     }
 }
@@ -574,6 +616,13 @@ mod tests {
             reply_retention_ms: 60_000,
             call_budget_ms: 15_000,
             resend_window_ms: None,
+            resend_rules: match handed_over {
+                true => Vec::new(),
+                false => vec![ResendWindow {
+                    below: 1 << 20,
+                    window_ms: 28_000,
+                }],
+            },
         }
     }
 
@@ -603,6 +652,7 @@ mod tests {
                         unique: 1 << 40,
                     },
                     Change::Delivered { handle: 4 },
+                    Change::FirstRead { unique: 1 << 20 },
                     Change::Released { handle: 4 },
                     Change::Forgotten { node: 9 },
                 ],
@@ -776,6 +826,28 @@ mod tests {
 
     fn libc_o_append() -> u32 {
         0o2000
+    }
+
+    #[test]
+    fn a_resend_window_is_the_time_left_and_never_more_than_a_day() {
+        let now = std::time::Instant::now();
+        let rule = fusefs::ResendRule {
+            below: 12,
+            until: now + std::time::Duration::from_secs(3),
+        };
+        let window = ResendWindow::of(rule, now);
+        assert_eq!((window.below, window.window_ms), (12, 3_000));
+        assert_eq!(window.rule(now), rule);
+        let passed = ResendWindow::of(rule, now + std::time::Duration::from_secs(5));
+        assert_eq!(passed.window_ms, 0);
+        let huge = ResendWindow {
+            below: 1,
+            window_ms: u64::MAX,
+        };
+        assert_eq!(
+            huge.rule(now).until,
+            now + std::time::Duration::from_millis(MAX_CRASH_WINDOW_MS)
+        );
     }
 
     #[test]

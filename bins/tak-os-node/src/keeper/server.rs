@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 use fdpass::{AsyncChannel, AsyncListener, Listener};
 
-use super::protocol::{self, Answer, Change, Deposit, Request, StageState};
+use super::protocol::{self, Answer, Change, Deposit, Request, ResendWindow, StageState};
 use super::tables::Tables;
 
 /// One stage the keeper holds.
@@ -29,6 +29,9 @@ struct Held {
     /// When the owner died without handing the stage over and a successor may take it over:
     /// the deadline D after which the keeper ends the connection.
     orphaned_until: Option<Instant>,
+    /// The resend rules the owner applies (from its deposit, bounded by its journals'
+    /// [`Change::FirstRead`]), which a successor applies after it dies.
+    rules: Vec<fusefs::ResendRule>,
 
     /// Which deposit this is (deposits replace each other at one staging path).
     serial: u64,
@@ -199,6 +202,13 @@ impl Keeper {
             }
         };
         let owner = (!stage.handed_over).then_some(connection);
+        let now = Instant::now();
+        let rules = stage
+            .resend_rules
+            .iter()
+            .map(|window| window.rule(now))
+            .take(fusefs::MAX_RESEND_RULES)
+            .collect();
         tracing::info!(
             connection,
             volume = %stage.volume_id,
@@ -214,6 +224,7 @@ impl Keeper {
             tables,
             owner,
             orphaned_until: None,
+            rules,
             serial: self
                 .serials
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed),
@@ -250,7 +261,16 @@ impl Keeper {
             ));
         };
         match tables.apply(changes) {
-            Ok(()) => Answer::Ok,
+            Ok(()) => {
+                for change in changes {
+                    if let Change::FirstRead { unique } = *change
+                        && let Some(open) = stage.rules.iter_mut().find(|r| r.below == u64::MAX)
+                    {
+                        open.below = unique;
+                    }
+                }
+                Answer::Ok
+            }
             Err(error) => {
                 // The tables no longer hold what the kernel does: no successor may take them
                 // over after a crash, and the stage ends with its owner instead.
@@ -278,10 +298,19 @@ impl Keeper {
                     Ok(fds) => {
                         let mut deposit = held.deposit.clone();
                         deposit.tables = held.tables.is_some();
+                        let now = Instant::now();
                         deposit.resend_window_ms = held.orphaned_until.map(|until| {
-                            let left = until.saturating_duration_since(Instant::now());
+                            let left = until.saturating_duration_since(now);
                             u64::try_from(left.as_millis()).unwrap_or(u64::MAX)
                         });
+                        deposit.resend_rules = match held.orphaned_until {
+                            Some(_) => held
+                                .rules
+                                .iter()
+                                .map(|&rule| ResendWindow::of(rule, now))
+                                .collect(),
+                            None => Vec::new(),
+                        };
                         Some((deposit, fds))
                     }
                     Err(error) => {

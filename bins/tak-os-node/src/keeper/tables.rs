@@ -100,6 +100,8 @@ impl Tables {
                 Change::Released { handle } => {
                     self.handles.remove(&handle);
                 }
+                // The keeper's resend rules, not the tables (`server.rs`).
+                Change::FirstRead { .. } => {}
             }
         }
         Ok(())

@@ -17,7 +17,7 @@ use super::{Lease, Owner, Stage, WorkerClient, lock};
 use crate::context::VolumeContext;
 use crate::error::Error;
 use crate::keeper::Fetched;
-use crate::keeper::protocol::{Deposit, StageState, hex_encode};
+use crate::keeper::protocol::{Deposit, ResendWindow, StageState, hex_encode};
 
 /// What [`Owner::hand_over_all`] did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -86,6 +86,7 @@ impl Owner {
             reply_retention_ms: retention.map_or(0, ms),
             call_budget_ms: ms(self.config.budgets.call),
             resend_window_ms: None,
+            resend_rules: Vec::new(),
         }
     }
 
@@ -111,7 +112,16 @@ impl Owner {
         else {
             return;
         };
-        let deposit = self.deposit_of(stage, record, retention, false);
+        let mut deposit = self.deposit_of(stage, record, retention, false);
+        // Taken before the journal's lock: a first request read in between is noted and
+        // then dropped with the snapshot's notes, and the keeper keeps the open rule (which
+        // covers every request: the safe side).
+        let now = Instant::now();
+        deposit.resend_rules = fs
+            .resend_rules()
+            .into_iter()
+            .map(|rule| ResendWindow::of(rule, now))
+            .collect();
         let snapshot = || StageState(mount.fs().state());
         if let Err(error) = journal.deposit(&deposit, fd, snapshot).await {
             tracing::warn!(
@@ -416,6 +426,14 @@ impl Owner {
         }
         let fs = Arc::new(fusefs::Fs::with_state(client, self.fs_config(), &state));
         if let Some(deadline) = crashed {
+            // Requests the dead owner had been resent itself keep the deadlines of the
+            // crashes before; the rest get this one.
+            let rules: Vec<fusefs::ResendRule> = deposit
+                .resend_rules
+                .iter()
+                .map(|window| window.rule(fetched_at))
+                .collect();
+            fs.inherit_resend_rules(&rules);
             fs.resend_until(deadline);
             // Before anything reads the connection: the requests the dead owner had read come
             // again, marked as resent.

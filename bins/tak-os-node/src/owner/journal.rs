@@ -28,7 +28,16 @@ use crate::keeper::{KeeperError, KeeperLink};
 /// deadline of a crash take-over counts on it).
 const RECORD_WAIT: Duration = Duration::from_secs(1);
 
-/// Whether the keeper takes [`Change::Delivered`].
+/// Changes that came with version 3 of the stage state, which only a keeper that takes it
+/// knows: delivery marks and resend boundaries.
+fn marks_only(change: &TableChange) -> bool {
+    matches!(
+        change,
+        TableChange::Delivered { .. } | TableChange::FirstRead { .. }
+    )
+}
+
+/// Whether the keeper takes [`Change::Delivered`] and [`Change::FirstRead`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Marks {
     /// It took a state of the newest version, which has them.
@@ -161,7 +170,7 @@ impl Inner {
         let all: Vec<Change> = noted
             .into_iter()
             .chain(changes)
-            .filter(|c| marks == Marks::Taken || !matches!(c, TableChange::Delivered { .. }))
+            .filter(|c| marks == Marks::Taken || !marks_only(c))
             .map(Change::from)
             .collect();
         if all.is_empty() {
@@ -291,6 +300,7 @@ mod tests {
             reply_retention_ms: 60_000,
             call_budget_ms: 15_000,
             resend_window_ms: None,
+            resend_rules: Vec::new(),
         };
         let fuse = rustix::fs::memfd_create("fuse", rustix::fs::MemfdFlags::CLOEXEC).unwrap();
         let state = StageState(MountState {

@@ -316,6 +316,7 @@ fn five_owner_kills_under_io_are_ridden_through_by_successors() {
             let quiet = stream.take_longest_write();
             let mut stalls = Vec::new();
             let mut fresh = Vec::new();
+            let mut boundaries = Vec::new();
             for round in 0..5 {
                 stream.take_longest_write();
                 mutations.progress().await;
@@ -333,6 +334,21 @@ fn five_owner_kills_under_io_are_ridden_through_by_successors() {
                     "keeping it for a successor",
                     round + 1,
                 );
+                // What the successor is given: a deadline for requests resent again, from
+                // each crash before this one, bounded by the first request each owner read
+                // first-hand.
+                let kept = fetch(&keeper.socket);
+                let rules = &kept
+                    .iter()
+                    .find(|d| d.staging == staging)
+                    .expect("the stage is kept")
+                    .resend_rules;
+                assert_eq!(rules.len(), round, "{rules:?}");
+                assert!(
+                    rules.windows(2).all(|w| w[0].below < w[1].below),
+                    "{rules:?}"
+                );
+                boundaries.push(rules.iter().filter(|r| r.below != u64::MAX).count());
                 owner = successors.next();
                 client = answering(&owner, &dir).await;
                 stream.progress().await;
@@ -344,7 +360,8 @@ fn five_owner_kills_under_io_are_ridden_through_by_successors() {
             eprintln!(
                 "five kills: {written} chunks written, {checked} checked while running, \
                  {rounds} rounds of create/append/rename/unlink; longest write during each kill \
-                 {stalls:?} against {quiet:?} before"
+                 {stalls:?} against {quiet:?} before; resend rules with a first-hand \
+                 boundary at each kill: {boundaries:?}"
             );
 
             // The worker saw each request ID with one body only (over the last calls it keeps
@@ -974,6 +991,7 @@ fn what_the_keeper_refuses_changes_nothing() {
             reply_retention_ms: 0,
             call_budget_ms: 0,
             resend_window_ms: None,
+            resend_rules: Vec::new(),
         };
         assert_eq!(
             ask(

@@ -9,6 +9,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -97,8 +98,10 @@ pub struct Fs<S> {
     interrupts: Mutex<VecDeque<u64>>,
     /// Where new nodes and handles are written ahead, once set.
     write_ahead: OnceLock<Arc<dyn WriteAhead>>,
-    /// Until when a mutation the kernel resends may be sent again, once set (deadline D).
-    resend_deadline: OnceLock<Instant>,
+    /// Until when mutations the kernel resends may be sent again (`resend.rs`).
+    resend_rules: Mutex<Vec<ResendRule>>,
+    /// Set while this owner's resend rule waits for the first request read first-hand.
+    first_hand_pending: AtomicBool,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -125,6 +128,7 @@ mod dir;
 mod handles;
 mod ids;
 mod io;
+mod resend;
 #[cfg(test)]
 mod tests;
 mod write_ahead;
@@ -134,6 +138,7 @@ use handles::OpenFile;
 pub use handles::{HandleState, MountState};
 pub use ids::ConnectionNonce;
 pub use io::{FUSE_WRITE_KILL_SUIDGID, PARALLEL_CALLS, WriteFlags};
+pub use resend::{MAX_RESEND_RULES, ResendRule};
 pub use write_ahead::{Recorded, TableChange, WriteAhead};
 
 impl<S: FileService> Fs<S> {
@@ -154,7 +159,8 @@ impl<S: FileService> Fs<S> {
             handle_lease: Mutex::new(None),
             interrupts: Mutex::new(VecDeque::new()),
             write_ahead: OnceLock::new(),
-            resend_deadline: OnceLock::new(),
+            resend_rules: Mutex::new(Vec::new()),
+            first_hand_pending: AtomicBool::new(false),
         }
     }
 
@@ -199,32 +205,6 @@ impl<S: FileService> Fs<S> {
     /// Changes made before are in [`Fs::state`]. Set once; `false` if one was set before.
     pub fn write_ahead_to(&self, write_ahead: Arc<dyn WriteAhead>) -> bool {
         self.write_ahead.set(write_ahead).is_ok()
-    }
-
-    /// From now on, a mutation the kernel resends (its request was read by an owner that died)
-    /// is sent to the workers again only before `deadline`, while their reply caches still
-    /// hold what the dead owner may have applied; after it, it fails with `EIO`, its outcome
-    /// unknown, and is never applied twice. Reads are sent again whenever. Set once; `false`
-    /// if one was set before.
-    pub fn resend_until(&self, deadline: Instant) -> bool {
-        self.resend_deadline.set(deadline).is_ok()
-    }
-
-    /// For a resent mutation, the resend deadline its attempts must start before (`EIO` past
-    /// it); `None` for everything else.
-    pub(super) fn may_send(&self, caller: Caller, op: &Op) -> Result<Option<Instant>, Error> {
-        let deadline = match self.resend_deadline.get() {
-            Some(deadline)
-                if fuse_wire::Unique(caller.unique).is_resend() && !op.is_read_only() =>
-            {
-                *deadline
-            }
-            _ => return Ok(None),
-        };
-        match Instant::now() < deadline {
-            true => Ok(Some(deadline)),
-            false => Err(Error::ResendTooLate { op: op.name() }),
-        }
     }
 
     /// Records `changes` with the write-ahead, if one is set, before a reply that needs them.

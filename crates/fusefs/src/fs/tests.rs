@@ -1155,3 +1155,77 @@ async fn a_successor_settles_the_handles_whose_open_reply_was_never_delivered() 
     // Left: 20 delivered, 23 as it came, 24 awaiting its reply.
     assert_eq!(handles(&fs), [(20, None), (23, None), (24, Some(32))]);
 }
+
+#[tokio::test]
+async fn a_request_resent_again_keeps_the_deadline_of_the_crash_it_first_survived() {
+    let fs = Fs::new(Logged::default(), FsConfig::default()).unwrap();
+    let journal = Arc::new(Journal::default());
+    fs.write_ahead_to(journal.clone());
+    let now = Instant::now();
+    let past = now - Duration::from_millis(1);
+    let later = now + Duration::from_secs(60);
+    let resent = |unique: u64| Caller {
+        unique: unique | fuse_wire::Unique::RESEND_BIT,
+        ..caller()
+    };
+    // Taken over after a second crash: requests below 100 were read before the first one
+    // (their deadline has passed); the rest were read by the owner that died last.
+    fs.inherit_resend_rules(&[ResendRule {
+        below: 100,
+        until: past,
+    }]);
+    assert!(fs.resend_until(later));
+    assert!(!fs.resend_until(later), "set once");
+    let late = fs.flush(resent(50), ROOT_NODE, 3, 0).await.unwrap_err();
+    assert!(
+        matches!(late, crate::Error::ResendTooLate { .. }),
+        "{late:?}"
+    );
+    fs.flush(resent(150), ROOT_NODE, 3, 0).await.unwrap();
+    fs.read(resent(52), ROOT_NODE, 3, 0, 10).await.unwrap();
+    assert_eq!(fs.service().take().len(), 2, "reads are sent whenever");
+
+    // The first request read first-hand bounds this owner's rule, and is noted once; a
+    // FORGET does not count (the adapter does not report it), nor does a resend.
+    fs.read_request(160 | fuse_wire::Unique::RESEND_BIT);
+    fs.read_request(201);
+    fs.read_request(204);
+    assert_eq!(
+        fs.resend_rules(),
+        [
+            ResendRule {
+                below: 100,
+                until: past
+            },
+            ResendRule {
+                below: 200,
+                until: later
+            }
+        ]
+    );
+    assert_eq!(
+        journal.take(),
+        [(false, vec![TableChange::FirstRead { unique: 200 }])]
+    );
+
+    // Rules pile up over many crashes: past the cap the oldest merge, keeping the earlier
+    // deadline for the larger range.
+    let many = Fs::new(Logged::default(), FsConfig::default()).unwrap();
+    let rules: Vec<ResendRule> = (1..=MAX_RESEND_RULES as u64 + 2)
+        .map(|n| ResendRule {
+            below: n * 10,
+            until: now + Duration::from_secs(n),
+        })
+        .collect();
+    many.inherit_resend_rules(&rules);
+    let kept = many.resend_rules();
+    assert_eq!(kept.len(), MAX_RESEND_RULES);
+    assert_eq!(
+        kept[0],
+        ResendRule {
+            below: 30,
+            until: now + Duration::from_secs(1)
+        }
+    );
+    assert_eq!(kept.last(), rules.last());
+}

@@ -49,6 +49,12 @@ pub enum TableChange {
         /// The FUSE file handle.
         handle: u64,
     },
+    /// The first request this owner read that was not resent, after it took the connection
+    /// over from an owner that died ([`ResendRule`](crate::ResendRule)'s boundary).
+    FirstRead {
+        /// The request's ID without its resend and interrupt bits.
+        unique: u64,
+    },
 }
 
 impl TableChange {
