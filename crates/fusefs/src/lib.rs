@@ -82,9 +82,9 @@ pub use adapter::FuseAdapter;
 pub use errno::{Errno, MAX_ERRNO, errno_of};
 pub use error::{Error, ErrorClass};
 pub use fs::{
-    Caller, ConnectionNonce, FUSE_WRITE_KILL_SUIDGID, Fs, FsConfig, HandleState, MAX_RESEND_RULES,
-    MountState, PARALLEL_CALLS, PlusListing, ROOT_NODE, Recorded, ResendRule, TTL, TableChange,
-    WriteAhead, WriteFlags,
+    CallObserver, Caller, ConnectionNonce, FUSE_WRITE_KILL_SUIDGID, Fs, FsConfig, HandleState,
+    MAX_RESEND_RULES, MountState, ObservedCall, PARALLEL_CALLS, PlusListing, ROOT_NODE, Recorded,
+    ResendRule, TTL, TableChange, WriteAhead, WriteFlags,
 };
 pub use mount::{
     AdoptFailed, FS_TYPE, FUSECTL, HandOver, MountError, Mounted, PauseFailed, SUBTYPE,

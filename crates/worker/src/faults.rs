@@ -2,7 +2,7 @@
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -19,6 +19,10 @@ pub struct Arrival {
     pub digest: [u8; 16],
 }
 
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
 /// A shared switchboard of injected faults, cloned into the server and the test.
 #[derive(Clone, Debug, Default)]
 pub struct Faults {
@@ -32,6 +36,8 @@ struct FaultState {
     hang: AtomicBool,
     minority: AtomicBool,
     arrivals: Mutex<VecDeque<Arrival>>,
+    logging_applied: AtomicBool,
+    applied: Mutex<Vec<[u8; 16]>>,
 }
 
 /// The fault settings as the admin call carries them (`POST /takos.worker.v1/admin/faults`);
@@ -101,21 +107,32 @@ impl Faults {
 
     /// The calls that reached this endpoint, oldest first (the last few thousand).
     pub fn arrivals(&self) -> Vec<Arrival> {
-        self.inner
-            .arrivals
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .iter()
-            .copied()
-            .collect()
+        lock(&self.inner.arrivals).iter().copied().collect()
+    }
+
+    /// From now on (`true`), remembers the request ID of every mutation a volume applies:
+    /// one that succeeded and was not answered from the reply cache. Off by default; `false`
+    /// stops and forgets.
+    pub fn log_applied(&self, on: bool) {
+        self.inner.logging_applied.store(on, Ordering::SeqCst);
+        if !on {
+            lock(&self.inner.applied).clear();
+        }
+    }
+
+    /// The request IDs of the mutations applied since [`Faults::log_applied`], in order.
+    pub fn applied(&self) -> Vec<[u8; 16]> {
+        lock(&self.inner.applied).clone()
+    }
+
+    pub(crate) fn note_applied(&self, request_id: [u8; 16]) {
+        if self.inner.logging_applied.load(Ordering::Relaxed) {
+            lock(&self.inner.applied).push(request_id);
+        }
     }
 
     pub(crate) fn record(&self, arrival: Arrival) {
-        let mut arrivals = self
-            .inner
-            .arrivals
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut arrivals = lock(&self.inner.arrivals);
         if arrivals.len() == ARRIVALS {
             arrivals.pop_front();
         }

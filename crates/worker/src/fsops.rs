@@ -868,7 +868,7 @@ mod tests {
                 op: Some(op),
             });
             let request = decode_request(&body[..]).unwrap();
-            let reply = self.volume.apply(&request, dedup::digest(&body), 1);
+            let (reply, _) = self.volume.apply(&request, dedup::digest(&body), 1);
             decode_reply(reply).unwrap().result.unwrap()
         }
 

@@ -298,6 +298,7 @@ pub(crate) fn register(shared: &Arc<Shared>, spec: &VolumeSpec) -> Result<(), Er
         shared.config.state_dir.clone(),
         Arc::clone(&shared.clock),
         shared.config.queue_depth,
+        shared.faults.clone(),
     )?;
     let mut volumes = shared
         .volumes

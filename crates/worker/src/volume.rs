@@ -21,6 +21,7 @@ use worker_proto::{DecodedRequest, encode_reply};
 use crate::clock::Clock;
 use crate::dedup::{Cached, DedupCache, Digest};
 use crate::error::Error;
+use crate::faults::Faults;
 use crate::fsops::OpError;
 use crate::handles::HandleTable;
 use crate::inode::InodeTable;
@@ -176,8 +177,15 @@ impl Volume {
         self.handles.reclaim(self.lease.clamp(now_ms));
     }
 
-    /// Applies one decoded request at the clock reading `now_ms` and returns the encoded reply.
-    pub(crate) fn apply(&mut self, request: &DecodedRequest, digest: Digest, now_ms: u64) -> Bytes {
+    /// Applies one decoded request at the clock reading `now_ms`: the encoded reply, and
+    /// whether it applied a mutation (one that succeeded and was not answered from the reply
+    /// cache).
+    pub(crate) fn apply(
+        &mut self,
+        request: &DecodedRequest,
+        digest: Digest,
+        now_ms: u64,
+    ) -> (Bytes, bool) {
         let request_id = request.request_id.0;
         let answer = self.decide(request, digest, now_ms);
         if !self.failed && self.meta.journal_records() >= self.options.compact_after {
@@ -192,13 +200,13 @@ impl Volume {
             }
         }
         match answer {
-            Answer::Cached(bytes) => bytes,
+            Answer::Cached(bytes) => (bytes, false),
             Answer::Fresh { result, cache } => {
                 let bytes = reply_bytes(&request_id, result, self.dedup.retention_ms());
                 if cache {
                     self.dedup.insert(request_id, digest, bytes.clone(), now_ms);
                 }
-                bytes
+                (bytes, cache)
             }
         }
     }
@@ -453,18 +461,20 @@ pub(crate) enum Command {
 }
 
 /// Starts the apply loop of `volume` on its own thread; it ends when every sender is gone.
+/// Each mutation it applies is noted in `faults` ([`Faults::log_applied`]).
 pub(crate) fn spawn(
     volume: Volume,
     state_dir: PathBuf,
     clock: Arc<dyn Clock>,
     queue: usize,
+    faults: Faults,
 ) -> Result<mpsc::Sender<Command>, Error> {
     let (tx, rx) = mpsc::channel(queue.max(1));
     let name = format!("apply-{}", volume.spec.volume_id);
     let name = name.chars().take(15).collect::<String>();
     std::thread::Builder::new()
         .name(name)
-        .spawn(move || apply_loop(volume, rx, &state_dir, clock.as_ref()))
+        .spawn(move || apply_loop(volume, rx, &state_dir, clock.as_ref(), &faults))
         .map_err(|e| Error::io("start the apply loop for", PathBuf::new(), e))?;
     Ok(tx)
 }
@@ -474,6 +484,7 @@ fn apply_loop(
     mut rx: mpsc::Receiver<Command>,
     state_dir: &Path,
     clock: &dyn Clock,
+    faults: &Faults,
 ) {
     let spec = volume.spec.clone();
     let options = volume.options;
@@ -486,7 +497,13 @@ fn apply_loop(
                 reply,
             } => {
                 let bytes = match volume.as_mut() {
-                    Some(volume) => volume.apply(&request, digest, clock.now_ms()),
+                    Some(volume) => {
+                        let (bytes, applied) = volume.apply(&request, digest, clock.now_ms());
+                        if applied {
+                            faults.note_applied(request.request_id.0);
+                        }
+                        bytes
+                    }
                     None => reply_bytes(
                         &request.request_id.0,
                         refusal(v1::ErrorKind::NoQuorum, "the volume failed to reload"),
@@ -628,7 +645,13 @@ mod tests {
         tx.try_send(Command::Tick).unwrap();
 
         // The loop returns at the stop although `tx` is still alive.
-        apply_loop(volume, rx, state.path(), &ManualClock::new(1));
+        apply_loop(
+            volume,
+            rx,
+            state.path(),
+            &ManualClock::new(1),
+            &crate::Faults::default(),
+        );
 
         assert!(matches!(result(answered), v1::reply::Result::Getattr(_)));
         stopped.blocking_recv().unwrap();

@@ -425,6 +425,7 @@ impl Owner {
             }
         }
         let fs = Arc::new(fusefs::Fs::with_state(client, self.fs_config(), &state));
+        self.observe(&fs);
         if let Some(deadline) = crashed {
             // Requests the dead owner had been resent itself keep the deadlines of the
             // crashes before; the rest get this one.

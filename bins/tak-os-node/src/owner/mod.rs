@@ -108,6 +108,9 @@ pub struct OwnerConfig {
     pub keeper_check: Duration,
     /// Called at each step of a stage (crash tests only).
     pub hook: Hook,
+    /// Told of every worker call made for a kernel request on every stage (the exactly-once
+    /// tests only).
+    pub calls: Option<Arc<dyn fusefs::CallObserver>>,
 }
 
 impl OwnerConfig {
@@ -127,6 +130,7 @@ impl OwnerConfig {
             handoff_deadline: Duration::from_secs(10),
             keeper_check: Duration::from_secs(1),
             hook: Hook::default(),
+            calls: None,
         }
     }
 }
@@ -192,6 +196,13 @@ impl Stage {
 impl Owner {
     /// The filesystem configuration of a stage: the configured one, with the call budget of
     /// the owner's client (a kernel request starts no call later than that after its first).
+    /// Sets the configured call observer, if any, on a stage's new filesystem.
+    pub(crate) fn observe(&self, fs: &fusefs::Fs<WorkerClient>) {
+        if let Some(calls) = &self.config.calls {
+            fs.observe_calls(Arc::clone(calls));
+        }
+    }
+
     pub(crate) fn fs_config(&self) -> fusefs::FsConfig {
         fusefs::FsConfig {
             call_budget: self.config.budgets.call,

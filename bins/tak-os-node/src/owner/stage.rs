@@ -315,7 +315,10 @@ impl Owner {
             }
         };
         let mounted = match fusefs::Fs::new(client, self.fs_config()) {
-            Ok(fs) => fusefs::mount(Arc::new(fs), &volume_id, staging).await,
+            Ok(fs) => {
+                self.observe(&fs);
+                fusefs::mount(Arc::new(fs), &volume_id, staging).await
+            }
             Err(nonce) => Err(fusefs::MountError::from(nonce)),
         };
         let mounted = match mounted {

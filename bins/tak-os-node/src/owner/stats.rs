@@ -84,12 +84,8 @@ impl Owner {
                 None => return Ok(abnormal("the stage is being unmounted")),
             }
         };
-        let caller = fusefs::Caller {
-            unique: 0,
-            uid: 0,
-            gid: 0,
-        };
-        let stats = match tokio::time::timeout(self.config.stats_timeout, fs.statfs(caller)).await {
+        let stats = match tokio::time::timeout(self.config.stats_timeout, fs.volume_statfs()).await
+        {
             Ok(Ok(stats)) => stats,
             Ok(Err(e)) => {
                 return Ok(abnormal(&format!(

@@ -23,6 +23,101 @@ use crate::support::{
 
 const CHILD_ENV: &str = "TAK_OS_NODE_TEST_OWNER";
 
+/// The file in an owner's directory where every owner process appends the worker calls made
+/// for kernel requests ([`CallLog`]).
+pub(crate) const CALL_LOG: &str = "calls.log";
+
+/// Appends every call made for a kernel request to a file shared by the owner processes of a
+/// test, one line per call: the nonce, the kernel request, the call index, the request ID (hex),
+/// the operation, whether it is a mutation, and `-` as it is sent, then whether the worker
+/// answered it with a result (`1` or `0`).
+#[derive(Debug)]
+pub(crate) struct CallLog(fs::File);
+
+impl CallLog {
+    fn open(path: &Path) -> CallLog {
+        let file = fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .unwrap();
+        CallLog(file)
+    }
+
+    /// The calls logged in `dir` by every owner process.
+    pub(crate) fn read(dir: &Path) -> Vec<LoggedCall> {
+        fs::read_to_string(dir.join(CALL_LOG))
+            .unwrap_or_default()
+            .lines()
+            .map(|line| {
+                let f: Vec<&str> = line.split(' ').collect();
+                let [nonce, unique, index, id, op, mutation, succeeded] = f[..] else {
+                    panic!("a malformed call log line: {line:?}");
+                };
+                LoggedCall {
+                    call: (
+                        nonce.to_owned(),
+                        unique.parse().unwrap(),
+                        index.parse().unwrap(),
+                    ),
+                    request_id: id.to_owned(),
+                    op: op.to_owned(),
+                    mutation: mutation == "1",
+                    succeeded: match succeeded {
+                        "-" => None,
+                        outcome => Some(outcome == "1"),
+                    },
+                }
+            })
+            .collect()
+    }
+}
+
+/// One line of a [`CallLog`].
+#[derive(Debug, Clone)]
+pub(crate) struct LoggedCall {
+    /// The nonce (hex), the kernel request and the call's index.
+    pub(crate) call: (String, u64, u32),
+    /// The request ID, hex.
+    pub(crate) request_id: String,
+    pub(crate) op: String,
+    pub(crate) mutation: bool,
+    /// `None` for the line written as the call was sent.
+    pub(crate) succeeded: Option<bool>,
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// A worker request ID as the call log writes it.
+pub(crate) fn request_id_hex(id: &[u8; 16]) -> String {
+    hex(id)
+}
+
+impl fusefs::CallObserver for CallLog {
+    fn observed(&self, call: &fusefs::ObservedCall) {
+        use std::io::Write as _;
+        let line = format!(
+            "{} {} {} {} {} {} {}\n",
+            hex(&call.nonce.0),
+            call.unique,
+            call.index,
+            hex(&call.request_id.0),
+            call.op,
+            u8::from(call.mutation),
+            match call.succeeded {
+                None => "-",
+                Some(true) => "1",
+                Some(false) => "0",
+            },
+        );
+        // One write of a short line to a file opened for appending: lines of several
+        // processes never interleave.
+        let _ = (&self.0).write_all(line.as_bytes());
+    }
+}
+
 /// Not a test on its own: the crash tests re-execute this binary to run an owner in a child
 /// process. `TAK_OS_NODE_TEST_OWNER` holds, one per line: the socket, the kubelet root, the
 /// credentials directory, the node ID, the stage point to die at (or `none`), the keeper's
@@ -62,6 +157,9 @@ fn child_owner_process() {
         "completed" => Some(StagePoint::Completed),
         _ => None,
     };
+    // Every call made for a kernel request, beside the socket, for the exactly-once proof.
+    let dir = Path::new(socket).parent().unwrap();
+    config.owner.calls = Some(std::sync::Arc::new(CallLog::open(&dir.join(CALL_LOG))));
     config.owner.hook = Hook::new(move |reached| {
         if Some(reached) == die_at {
             // As abrupt as a SIGKILL from outside: no unwinding, no cleanup.

@@ -22,7 +22,7 @@ use csi_proto::v1::{NodeGetVolumeStatsRequest, NodeStageVolumeRequest};
 use tak_os_node::config::Cli;
 use tak_os_node::keeper::protocol::{self, Answer, Deposit, Request};
 
-use crate::crash::{client_of, spawn_owner_with};
+use crate::crash::{CallLog, client_of, request_id_hex, spawn_owner_with};
 use crate::support::{
     Cluster, NodeSide, ServerProcess, VerifiedStream, epoch_of, mount_id, mounts_under, privileged,
     publish_request, stage_request, unpublish_request, unstage_request,
@@ -223,6 +223,8 @@ fn five_owner_upgrades_under_io_lose_nothing() {
         let dir = cluster.dir.path().to_owned();
         let node = cluster.node("node-a");
         let staging = node.staging("vol-up");
+        let faults = cluster.worker.server().faults().clone();
+        faults.log_applied(true);
         let mut owner = spawn_owner(&dir, &cluster, &keeper.socket);
         let mut successors = Successors::spawn(&dir, &cluster, &keeper.socket, 5);
         let mut client = client_of(&owner).await;
@@ -260,6 +262,12 @@ fn five_owner_upgrades_under_io_lose_nothing() {
             "five upgrades: {written} chunks written, {checked} checked while running; owner \
              stop (SIGTERM to exit) {stops:?}; longest write during each upgrade {stalls:?} \
              against {quiet:?} before"
+        );
+        let (repeated, summary) = assert_exactly_once(&dir, &faults);
+        eprintln!("exactly once: {summary}");
+        assert_eq!(
+            repeated, 0,
+            "a graceful hand-over leaves no request to repeat"
         );
 
         held.still_work(4);
@@ -299,6 +307,8 @@ fn five_owner_kills_under_io_are_ridden_through_by_successors() {
             let dir = cluster.dir.path().to_owned();
             let node = cluster.node("node-a");
             let staging = node.staging("vol-crash");
+            let faults = cluster.worker.server().faults().clone();
+            faults.log_applied(true);
             let mut owner = spawn_owner(&dir, &cluster, &keeper.socket);
             let mut successors = Successors::spawn(&dir, &cluster, &keeper.socket, 5);
             let mut client = client_of(&owner).await;
@@ -378,6 +388,7 @@ fn five_owner_kills_under_io_are_ridden_through_by_successors() {
             }
             eprintln!("{} calls, {repeats} repeated", arrivals.len());
             assert!(repeats > 0, "no call in flight at any of the kills");
+            eprintln!("exactly once: {}", assert_exactly_once(&dir, &faults).1);
 
             held.still_work(4);
             for (round, file) in fresh.iter().enumerate() {
@@ -414,6 +425,8 @@ fn a_kill_while_a_1_mib_write_and_an_append_are_applied_but_unanswered_applies_e
             let (cluster, keeper, stage) = start("vol-parts", worker::AccessMode::Rwo).await;
             let dir = cluster.dir.path().to_owned();
             let node = cluster.node("node-a");
+            let faults = cluster.worker.server().faults().clone();
+            faults.log_applied(true);
             let owner = spawn_owner(&dir, &cluster, &keeper.socket);
             let mut successors = Successors::spawn(&dir, &cluster, &keeper.socket, 1);
             let mut client = client_of(&owner).await;
@@ -431,7 +444,6 @@ fn a_kill_while_a_1_mib_write_and_an_append_are_applied_but_unanswered_applies_e
             // The worker holds every reply for 200 ms after applying it: the 1 MiB write (eight
             // parts, all in flight) and the append (one call) are applied and unanswered when
             // the owner dies.
-            let faults = cluster.worker.server().faults().clone();
             faults.set_delay(Duration::from_millis(200));
             let pattern: Vec<u8> = (0..MIB).map(|i| (i % 251) as u8).collect();
             let writers = [(split, false), (appended, true)].map(|(file, append)| {
@@ -467,6 +479,7 @@ fn a_kill_while_a_1_mib_write_and_an_append_are_applied_but_unanswered_applies_e
                 arrivals.len(),
                 distinct.len()
             );
+            eprintln!("exactly once: {}", assert_exactly_once(&dir, &faults).1);
 
             // Idle past one handle lease: the successor renews the handles it inherited.
             std::thread::sleep(Duration::from_secs(10));
@@ -1042,4 +1055,63 @@ impl fuse_session::Handler for Nothing {
             _ => fuse_session::Reply::error(request.header.unique, fuse_wire::Errno::ENOENT),
         }
     }
+}
+
+/// The exactly-once proof over every call the owner processes in `dir` made for kernel
+/// requests ([`CallLog`]) and every mutation the worker applied since
+/// `Faults::log_applied`: each call (nonce, kernel request, index) went under one request ID
+/// whoever made it, no request ID was applied twice, and every mutation a worker answered
+/// with a result was applied. Returns how many calls were made again (by a successor, for a
+/// request the kernel resent) and a summary.
+fn assert_exactly_once(dir: &Path, faults: &worker::Faults) -> (usize, String) {
+    use std::collections::{HashMap, HashSet};
+    let calls = CallLog::read(dir);
+    let mut ids = HashMap::<&(String, u64, u32), &str>::new();
+    for call in &calls {
+        let id = ids.entry(&call.call).or_insert(&call.request_id);
+        assert_eq!(*id, call.request_id, "{call:?} went under two IDs");
+    }
+    let applied: Vec<String> = faults.applied().iter().map(request_id_hex).collect();
+    let distinct: HashSet<&String> = applied.iter().collect();
+    assert_eq!(
+        distinct.len(),
+        applied.len(),
+        "a request ID was applied twice"
+    );
+    let acknowledged: Vec<_> = calls
+        .iter()
+        .filter(|c| c.mutation && c.succeeded == Some(true))
+        .collect();
+    for call in &acknowledged {
+        assert!(
+            distinct.contains(&call.request_id),
+            "{} {call:?} was acknowledged but never applied",
+            call.op
+        );
+    }
+    let mut sends = HashMap::<&(String, u64, u32), (usize, &str)>::new();
+    for call in calls.iter().filter(|c| c.succeeded.is_none()) {
+        sends.entry(&call.call).or_insert((0, &call.op)).0 += 1;
+    }
+    let sent: usize = sends.values().map(|(n, _)| n).sum();
+    let repeated = sent - sends.len();
+    let mut repeated_ops: Vec<&str> = sends
+        .values()
+        .filter(|(n, _)| *n > 1)
+        .map(|(_, op)| *op)
+        .collect();
+    repeated_ops.sort_unstable();
+    let nonces: HashSet<&str> = calls.iter().map(|c| c.call.0.as_str()).collect();
+    assert_eq!(
+        nonces.len(),
+        1,
+        "one connection, one nonce, whoever served it"
+    );
+    let summary = format!(
+        "{sent} calls for kernel requests ({repeated} made again under the same ID: \
+         {repeated_ops:?}), {} mutations acknowledged, {} applied by the worker, none twice",
+        acknowledged.len(),
+        applied.len()
+    );
+    (repeated, summary)
 }

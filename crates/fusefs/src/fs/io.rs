@@ -99,8 +99,7 @@ impl<S: FileService> Fs<S> {
                     offset: offset.saturating_add(start as u64),
                     size: len as u32,
                 });
-                let request_id = self.request_id(caller, index);
-                async move { (len, self.send(Some(request_id), None, op).await) }
+                async move { (len, self.send_for(caller, index, None, op).await) }
             });
         let mut replies = futures_util::stream::iter(calls).buffered(PARALLEL_CALLS);
         let mut parts = Vec::new();
@@ -174,7 +173,7 @@ impl<S: FileService> Fs<S> {
                 }),
             };
             let reply = match self.may_send(caller, &op) {
-                Ok(until) => self.send(Some(self.request_id(caller, index)), until, op).await,
+                Ok(until) => self.send_for(caller, index, until, op).await,
                 Err(late) => Err(late),
             };
             let whole = matches!(&reply, Ok(result) if written_by(result, flags.kill_suidgid) == Some(chunk.len()));

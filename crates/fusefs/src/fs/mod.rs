@@ -98,6 +98,8 @@ pub struct Fs<S> {
     interrupts: Mutex<VecDeque<u64>>,
     /// Where new nodes and handles are written ahead, once set.
     write_ahead: OnceLock<Arc<dyn WriteAhead>>,
+    /// Told of every call made for a kernel request, once set.
+    observer: OnceLock<Arc<dyn CallObserver>>,
     /// Until when mutations the kernel resends may be sent again (`resend.rs`).
     resend_rules: Mutex<Vec<ResendRule>>,
     /// Set while this owner's resend rule waits for the first request read first-hand.
@@ -128,6 +130,7 @@ mod dir;
 mod handles;
 mod ids;
 mod io;
+mod observe;
 mod resend;
 #[cfg(test)]
 mod tests;
@@ -138,6 +141,7 @@ use handles::OpenFile;
 pub use handles::{HandleState, MountState};
 pub use ids::ConnectionNonce;
 pub use io::{FUSE_WRITE_KILL_SUIDGID, PARALLEL_CALLS, WriteFlags};
+pub use observe::{CallObserver, ObservedCall};
 pub use resend::{MAX_RESEND_RULES, ResendRule};
 pub use write_ahead::{Recorded, TableChange, WriteAhead};
 
@@ -159,6 +163,7 @@ impl<S: FileService> Fs<S> {
             handle_lease: Mutex::new(None),
             interrupts: Mutex::new(VecDeque::new()),
             write_ahead: OnceLock::new(),
+            observer: OnceLock::new(),
             resend_rules: Mutex::new(Vec::new()),
             first_hand_pending: AtomicBool::new(false),
         }
@@ -252,8 +257,38 @@ impl<S: FileService> Fs<S> {
     ) -> Result<ReplyResult, Error> {
         self.not_interrupted(caller)?;
         let until = self.may_send(caller, &op)?;
-        self.send(Some(self.request_id(caller, index)), until, op)
-            .await
+        self.send_for(caller, index, until, op).await
+    }
+
+    /// Sends `op` as call `index` of `caller`'s request, under the call's derived request ID,
+    /// starting no attempt after `until`; tells the observer, if one is set.
+    pub(super) async fn send_for(
+        &self,
+        caller: Caller,
+        index: u32,
+        until: Option<Instant>,
+        op: Op,
+    ) -> Result<ReplyResult, Error> {
+        let request_id = self.request_id(caller, index);
+        let Some(observer) = self.observer.get() else {
+            return self.send(Some(request_id), until, op).await;
+        };
+        let unique = fuse_wire::Unique(caller.unique);
+        let mut call = ObservedCall {
+            nonce: self.nonce,
+            unique: unique.id(),
+            resent: unique.is_resend(),
+            index,
+            request_id,
+            op: op.name(),
+            mutation: !op.is_read_only(),
+            succeeded: None,
+        };
+        observer.observed(&call);
+        let result = self.send(Some(request_id), until, op).await;
+        call.succeeded = Some(result.is_ok());
+        observer.observed(&call);
+        result
     }
 
     /// The request ID of call `index` of `caller`'s request.
@@ -570,10 +605,21 @@ impl<S: FileService> Fs<S> {
 
     /// STATFS.
     pub async fn statfs(&self, caller: Caller) -> Result<StatFs, Error> {
-        let reply = expect!(
-            self.call(caller, Op::Statfs(v1::StatfsRequest {})).await?,
-            Statfs
-        );
+        let reply = self.call(caller, Op::Statfs(v1::StatfsRequest {})).await?;
+        Self::stat_fs(reply)
+    }
+
+    /// The volume's usage, asked for no kernel request (a random request ID): for the node's
+    /// volume statistics.
+    pub async fn volume_statfs(&self) -> Result<StatFs, Error> {
+        let reply = self
+            .send(None, None, Op::Statfs(v1::StatfsRequest {}))
+            .await?;
+        Self::stat_fs(reply)
+    }
+
+    fn stat_fs(reply: ReplyResult) -> Result<StatFs, Error> {
+        let reply = expect!(reply, Statfs);
         Ok(StatFs {
             blocks: reply.blocks,
             blocks_free: reply.blocks_free,

@@ -1229,3 +1229,69 @@ async fn a_request_resent_again_keeps_the_deadline_of_the_crash_it_first_survive
     );
     assert_eq!(kept.last(), rules.last());
 }
+
+/// An observer that keeps what it is told.
+#[derive(Debug, Default)]
+struct Seen(Mutex<Vec<ObservedCall>>);
+
+impl CallObserver for Seen {
+    fn observed(&self, call: &ObservedCall) {
+        lock(&self.0).push(*call);
+    }
+}
+
+#[tokio::test]
+async fn an_observer_is_told_of_each_call_made_for_a_kernel_request() {
+    let config = FsConfig {
+        call_data_bytes: PART,
+        ..FsConfig::default()
+    };
+    let fs = Fs::new(Logged::default(), config).unwrap();
+    let seen = Arc::new(Seen::default());
+    assert!(fs.observe_calls(seen.clone()));
+    assert!(!fs.observe_calls(seen.clone()), "set once");
+    let resent = Caller {
+        unique: 20 | fuse_wire::Unique::RESEND_BIT,
+        ..caller()
+    };
+    fs.write(
+        resent,
+        ROOT_NODE,
+        3,
+        0,
+        &vec![1u8; 2 * PART],
+        WriteFlags::default(),
+    )
+    .await
+    .unwrap();
+    fs.read(caller(), ROOT_NODE, 3, 0, 10).await.unwrap();
+    fs.open(caller(), ROOT_NODE, 0).await.unwrap();
+    fs.renew_handles().await.unwrap();
+
+    let (sending, mut calls): (Vec<ObservedCall>, Vec<ObservedCall>) = lock(&seen.0)
+        .iter()
+        .partition(|c| c.succeeded.is_none());
+    assert_eq!(sending.len(), calls.len(), "told before sending, and after");
+    assert!(calls.iter().all(|c| c.succeeded == Some(true)));
+    calls.sort_by_key(|c| (c.unique, c.index, c.op));
+    let summary: Vec<(u64, bool, u32, &str, bool)> = calls
+        .iter()
+        .map(|c| (c.unique, c.resent, c.index, c.op, c.mutation))
+        .collect();
+    assert_eq!(
+        summary,
+        [
+            (0, false, 0, "open", true),
+            (0, false, 0, "read", false),
+            (20, true, 0, "write", true),
+            (20, true, 1, "write", true),
+        ],
+        "the renewal, made for no kernel request, is not told"
+    );
+    assert!(
+        calls
+            .iter()
+            .all(|c| c.nonce == fs.nonce()
+                && c.request_id == fs.nonce().request_id(c.unique, c.index))
+    );
+}

@@ -18,6 +18,7 @@ async fn retries_repeat_the_request_id_and_bytes_and_apply_once() {
     let client = client(&pki, &spec, &[server.endpoint()], budgets());
 
     // Two dropped replies: the third attempt gets the cached result of the first.
+    server.faults().log_applied(true);
     server.faults().drop_next_replies(2);
     let made = client.call(mkdir(root(), "once")).await.unwrap();
     let arrivals = server.faults().arrivals();
@@ -26,8 +27,14 @@ async fn retries_repeat_the_request_id_and_bytes_and_apply_once() {
         arrivals.iter().all(|a| *a == arrivals[0]),
         "same ID and bytes every time"
     );
+    assert_eq!(
+        server.faults().applied(),
+        [arrivals[0].request_id],
+        "applied once; the repeats were answered from the cache"
+    );
 
-    // The directory was made once: a fresh mkdir now fails with EEXIST.
+    // The directory was made once: a fresh mkdir now fails with EEXIST (not applied), and a
+    // read is no mutation.
     let again = client.call(mkdir(root(), "once")).await.unwrap_err();
     assert!(
         matches!(again.refusal(), Some(Refusal::Errno(libc::EEXIST))),
@@ -35,6 +42,10 @@ async fn retries_repeat_the_request_id_and_bytes_and_apply_once() {
     );
     let looked = client.call(lookup(root(), "once")).await.unwrap();
     assert_eq!(file_of(&looked), file_of(&made));
+    assert_eq!(server.faults().applied().len(), 1);
+    server.faults().log_applied(false);
+    client.call(mkdir(root(), "unlogged")).await.unwrap();
+    assert!(server.faults().applied().is_empty());
     server.stop().await;
 }
 
