@@ -35,6 +35,9 @@ struct FaultState {
     delay_ms: AtomicU64,
     hang: AtomicBool,
     minority: AtomicBool,
+    /// One more than the writes still served before every later one hangs; 0: no such
+    /// fault.
+    writes_before_hang: AtomicU32,
     arrivals: Mutex<VecDeque<Arrival>>,
     logging_applied: AtomicBool,
     applied: Mutex<Vec<[u8; 16]>>,
@@ -76,6 +79,15 @@ impl Faults {
         self.inner.hang.store(hang, Ordering::SeqCst);
     }
 
+    /// Serves the next `count` writes of file data as usual, then accepts every later one
+    /// without applying or answering it, until [`Faults::clear`]; other calls are served. For
+    /// a request whose writes are split into parts: some applied, the rest never.
+    pub fn hang_writes_after(&self, count: u32) {
+        self.inner
+            .writes_before_hang
+            .store(count.saturating_add(1), Ordering::SeqCst);
+    }
+
     /// Refuse every call as a minority (NO_QUORUM) before proposing it.
     pub fn set_minority(&self, minority: bool) {
         self.inner.minority.store(minority, Ordering::SeqCst);
@@ -103,6 +115,7 @@ impl Faults {
         self.set_delay(Duration::ZERO);
         self.set_hang(false);
         self.set_minority(false);
+        self.inner.writes_before_hang.store(0, Ordering::SeqCst);
     }
 
     /// The calls that reached this endpoint, oldest first (the last few thousand).
@@ -143,8 +156,20 @@ impl Faults {
         self.inner.minority.load(Ordering::SeqCst)
     }
 
-    pub(crate) fn hang(&self) -> bool {
-        self.inner.hang.load(Ordering::SeqCst)
+    /// Whether to hang a call, `write` when it writes file data.
+    pub(crate) fn hang(&self, write: bool) -> bool {
+        if self.inner.hang.load(Ordering::SeqCst) {
+            return true;
+        }
+        write
+            && self
+                .inner
+                .writes_before_hang
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |left| match left {
+                    0 | 1 => None,
+                    left => Some(left - 1),
+                })
+                .is_err_and(|left| left == 1)
     }
 
     pub(crate) fn delay(&self) -> Duration {
@@ -157,5 +182,26 @@ impl Faults {
             .drop_replies
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
             .is_ok()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn writes_hang_after_the_count_until_cleared_and_other_calls_never() {
+        let faults = Faults::default();
+        assert!(!faults.hang(true), "no fault by default");
+        faults.hang_writes_after(2);
+        let writes: Vec<bool> = (0..4).map(|_| faults.hang(true)).collect();
+        assert_eq!(writes, [false, false, true, true]);
+        assert!(!faults.hang(false), "other calls are served");
+        faults.clear();
+        assert!(!faults.hang(true));
+        faults.hang_writes_after(0);
+        assert!(faults.hang(true), "zero: the next write hangs");
+        faults.set_hang(true);
+        assert!(faults.hang(false), "a full hang holds every call");
     }
 }

@@ -589,7 +589,11 @@ async fn call(
             retention_ms(&shared.config),
         )))
     };
-    if shared.faults.hang() {
+    let write = matches!(
+        decoded.op,
+        v1::request::Op::Write(_) | v1::request::Op::WriteKillSuidgid(_)
+    );
+    if shared.faults.hang(write) {
         std::future::pending::<()>().await;
     }
     if let Role::Follower { leader } = &shared.config.role {

@@ -436,6 +436,7 @@ impl Owner {
                 .collect();
             fs.inherit_resend_rules(&rules);
             fs.resend_until(deadline);
+            self.config.hook.reach(crate::owner::StagePoint::TakingOver);
             // Before anything reads the connection: the requests the dead owner had read come
             // again, marked as resent.
             fuse_session::notify_resend(fuse.as_fd(), &record).map_err(|source| {

@@ -49,9 +49,13 @@ pub enum StagePoint {
     Mounted,
     /// The session record says the stage completed.
     Completed,
+    /// A successor fetched the stage of an owner that died and is about to have the kernel
+    /// resend what that owner had read (a test holds a successor back here).
+    TakingOver,
 }
 
-/// Called at every [`StagePoint`]: crash tests stop an owner process between any two steps.
+/// Called at every [`StagePoint`]: crash tests stop an owner process between any two steps,
+/// or hold it there.
 /// Production owners have none.
 #[derive(Clone, Default)]
 pub struct Hook(Option<Arc<dyn Fn(StagePoint) + Send + Sync>>);

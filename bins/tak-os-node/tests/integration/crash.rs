@@ -23,6 +23,10 @@ use crate::support::{
 
 const CHILD_ENV: &str = "TAK_OS_NODE_TEST_OWNER";
 
+/// The stage point of an owner process that dies nowhere but, taking over a crashed owner's
+/// stage, waits 3 s before it has the kernel resend.
+pub(crate) const HOLD_TAKEOVER: &str = "hold-takeover";
+
 /// The file in an owner's directory where every owner process appends the worker calls made
 /// for kernel requests ([`CallLog`]).
 pub(crate) const CALL_LOG: &str = "calls.log";
@@ -160,7 +164,12 @@ fn child_owner_process() {
     // Every call made for a kernel request, beside the socket, for the exactly-once proof.
     let dir = Path::new(socket).parent().unwrap();
     config.owner.calls = Some(std::sync::Arc::new(CallLog::open(&dir.join(CALL_LOG))));
+    let hold = point == HOLD_TAKEOVER;
     config.owner.hook = Hook::new(move |reached| {
+        if hold && reached == StagePoint::TakingOver {
+            // Past the deadline of the crash it takes over (2 s with the tests' timings).
+            std::thread::sleep(Duration::from_secs(3));
+        }
         if Some(reached) == die_at {
             // As abrupt as a SIGKILL from outside: no unwinding, no cleanup.
             let _ = rustix::process::kill_process(

@@ -22,7 +22,7 @@ use csi_proto::v1::{NodeGetVolumeStatsRequest, NodeStageVolumeRequest};
 use tak_os_node::config::Cli;
 use tak_os_node::keeper::protocol::{self, Answer, Deposit, Request};
 
-use crate::crash::{CallLog, client_of, request_id_hex, spawn_owner_with};
+use crate::crash::{CallLog, HOLD_TAKEOVER, client_of, request_id_hex, spawn_owner_with};
 use crate::support::{
     Cluster, NodeSide, ServerProcess, VerifiedStream, epoch_of, mount_id, mounts_under, privileged,
     publish_request, stage_request, unpublish_request, unstage_request,
@@ -155,6 +155,60 @@ async fn start(
     (cluster, keeper, stage)
 }
 
+/// An RWO volume on a worker that logs what it applies, a keeper, and an owner that staged
+/// the volume and published it at `target`, with successors spawned by `successors` before
+/// anything opens a file on the mount.
+struct Scene<S> {
+    cluster: Cluster,
+    keeper: ServerProcess,
+    stage: NodeStageVolumeRequest,
+    dir: PathBuf,
+    node: NodeSide,
+    staging: PathBuf,
+    faults: worker::Faults,
+    owner: ServerProcess,
+    successors: S,
+    client: Client,
+    target: PathBuf,
+}
+
+impl<S> Scene<S> {
+    async fn publish(
+        volume: &str,
+        successors: impl FnOnce(&Path, &Cluster, &Path) -> S,
+    ) -> Scene<S> {
+        let (cluster, keeper, stage) = start(volume, worker::AccessMode::Rwo).await;
+        let dir = cluster.dir.path().to_owned();
+        let node = cluster.node("node-a");
+        let staging = node.staging(volume);
+        let faults = cluster.worker.server().faults().clone();
+        faults.log_applied(true);
+        let owner = spawn_owner(&dir, &cluster, &keeper.socket);
+        let successors = successors(&dir, &cluster, &keeper.socket);
+        let mut client = client_of(&owner).await;
+        let target = node.target("pod");
+        stage_and_publish(&mut client, &stage, &target).await;
+        Scene {
+            cluster,
+            keeper,
+            stage,
+            dir,
+            node,
+            staging,
+            faults,
+            owner,
+            successors,
+            client,
+            target,
+        }
+    }
+}
+
+/// `count` successors.
+fn successors(count: usize) -> impl FnOnce(&Path, &Cluster, &Path) -> Successors {
+    move |dir, cluster, keeper| Successors::spawn(dir, cluster, keeper, count)
+}
+
 async fn stage_and_publish(client: &mut Client, stage: &NodeStageVolumeRequest, target: &Path) {
     client.node_stage_volume(stage.clone()).await.unwrap();
     client
@@ -219,17 +273,19 @@ fn read_errno_within(path: PathBuf, limit: Duration) -> Option<i32> {
 #[test]
 fn five_owner_upgrades_under_io_lose_nothing() {
     privileged("five_owner_upgrades_under_io_lose_nothing", async || {
-        let (cluster, keeper, stage) = start("vol-up", worker::AccessMode::Rwo).await;
-        let dir = cluster.dir.path().to_owned();
-        let node = cluster.node("node-a");
-        let staging = node.staging("vol-up");
-        let faults = cluster.worker.server().faults().clone();
-        faults.log_applied(true);
-        let mut owner = spawn_owner(&dir, &cluster, &keeper.socket);
-        let mut successors = Successors::spawn(&dir, &cluster, &keeper.socket, 5);
-        let mut client = client_of(&owner).await;
-        let target = node.target("pod");
-        stage_and_publish(&mut client, &stage, &target).await;
+        let Scene {
+            cluster: _cluster,
+            keeper,
+            stage,
+            dir,
+            node,
+            staging,
+            faults,
+            mut owner,
+            mut successors,
+            mut client,
+            target,
+        } = Scene::publish("vol-up", successors(5)).await;
         let epoch = epoch_of(&staging);
         let stage_mount = mount_id(&staging);
         let target_mount = mount_id(&target);
@@ -303,17 +359,19 @@ fn five_owner_kills_under_io_are_ridden_through_by_successors() {
     privileged(
         "five_owner_kills_under_io_are_ridden_through_by_successors",
         async || {
-            let (cluster, keeper, stage) = start("vol-crash", worker::AccessMode::Rwo).await;
-            let dir = cluster.dir.path().to_owned();
-            let node = cluster.node("node-a");
-            let staging = node.staging("vol-crash");
-            let faults = cluster.worker.server().faults().clone();
-            faults.log_applied(true);
-            let mut owner = spawn_owner(&dir, &cluster, &keeper.socket);
-            let mut successors = Successors::spawn(&dir, &cluster, &keeper.socket, 5);
-            let mut client = client_of(&owner).await;
-            let target = node.target("pod");
-            stage_and_publish(&mut client, &stage, &target).await;
+            let Scene {
+                cluster,
+                keeper,
+                stage,
+                dir,
+                node,
+                staging,
+                faults,
+                mut owner,
+                mut successors,
+                mut client,
+                target,
+            } = Scene::publish("vol-crash", successors(5)).await;
             let epoch = epoch_of(&staging);
             let stage_mount = mount_id(&staging);
 
@@ -422,16 +480,19 @@ fn a_kill_while_a_1_mib_write_and_an_append_are_applied_but_unanswered_applies_e
         "a_kill_while_a_1_mib_write_and_an_append_are_applied_but_unanswered_applies_each_once",
         async || {
             const MIB: usize = 1 << 20;
-            let (cluster, keeper, stage) = start("vol-parts", worker::AccessMode::Rwo).await;
-            let dir = cluster.dir.path().to_owned();
-            let node = cluster.node("node-a");
-            let faults = cluster.worker.server().faults().clone();
-            faults.log_applied(true);
-            let owner = spawn_owner(&dir, &cluster, &keeper.socket);
-            let mut successors = Successors::spawn(&dir, &cluster, &keeper.socket, 1);
-            let mut client = client_of(&owner).await;
-            let target = node.target("pod");
-            stage_and_publish(&mut client, &stage, &target).await;
+            let Scene {
+                // Bound, so that the worker serves until the end.
+                cluster: _cluster,
+                keeper,
+                stage,
+                dir,
+                node,
+                faults,
+                owner,
+                mut successors,
+                target,
+                ..
+            } = Scene::publish("vol-parts", successors(1)).await;
             let held = Held::open(&target);
             held.mark(0);
             let split = fs::File::create(target.join("split")).unwrap();
@@ -488,6 +549,157 @@ fn a_kill_while_a_1_mib_write_and_an_append_are_applied_but_unanswered_applies_e
             unpublish_and_unstage(&mut client, &stage, &target).await;
             assert!(mounts_under(&node.kubelet).is_empty());
             drop((owner, keeper));
+        },
+    );
+}
+
+#[test]
+fn a_kill_between_the_parts_of_a_1_mib_write_applies_each_part_once() {
+    privileged(
+        "a_kill_between_the_parts_of_a_1_mib_write_applies_each_part_once",
+        async || {
+            const MIB: usize = 1 << 20;
+            let Scene {
+                // Bound, so that the worker serves until the end.
+                cluster: _cluster,
+                keeper,
+                stage,
+                dir,
+                node,
+                faults,
+                owner,
+                mut successors,
+                target,
+                ..
+            } = Scene::publish("vol-between", successors(1)).await;
+            let split = fs::File::create(target.join("split")).unwrap();
+
+            // Parts of 128 KiB, eight sent at once: the worker applies three and takes the
+            // others without applying or answering them. The owner dies between the parts.
+            let before = faults.applied().len();
+            faults.hang_writes_after(3);
+            let pattern: Vec<u8> = (0..MIB).map(|i| (i % 251) as u8).collect();
+            let writer = std::thread::spawn({
+                let pattern = pattern.clone();
+                move || split.write_all_at(&pattern, 0)
+            });
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while faults.applied().len() < before + 3 {
+                assert!(Instant::now() < deadline, "three parts were never applied");
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+            assert_eq!(faults.applied().len(), before + 3, "the rest hang");
+            owner.kill();
+            faults.clear();
+            wait_for_log(&dir.join("keepers.log"), "keeping it for a successor");
+            let owner = successors.next();
+            let mut client = answering(&owner, &dir).await;
+            writer.join().unwrap().unwrap();
+
+            // The resent write: three parts answered from the reply cache, the rest applied now.
+            assert_eq!(fs::read(target.join("split")).unwrap(), pattern);
+            let (repeated, summary) = assert_exactly_once(&dir, &faults);
+            eprintln!("between the parts: {summary}");
+            assert!(repeated >= 8, "every part was sent again: {summary}");
+            let parts: std::collections::HashSet<String> = CallLog::read(&dir)
+                .into_iter()
+                .filter(|c| c.op == "write")
+                .map(|c| c.request_id)
+                .collect();
+            // Eight parts or more: the kernel may send the 1 MiB as two WRITE requests when
+            // the buffer is not page-aligned.
+            assert!(parts.len() >= 8, "{} parts", parts.len());
+            let applied: Vec<String> = faults.applied().iter().map(request_id_hex).collect();
+            for part in &parts {
+                let times = applied.iter().filter(|id| *id == part).count();
+                assert_eq!(times, 1, "part {part} applied {times} times");
+            }
+
+            unpublish_and_unstage(&mut client, &stage, &target).await;
+            assert!(mounts_under(&node.kubelet).is_empty());
+            drop((owner, keeper));
+        },
+    );
+}
+
+#[test]
+fn a_successor_held_back_past_the_deadline_answers_resent_mutations_eio_and_applies_none_twice() {
+    privileged(
+        "a_successor_held_back_past_the_deadline_answers_resent_mutations_eio_and_applies_none_twice",
+        async || {
+            let held_back = |dir: &Path, cluster: &Cluster, keeper: &Path| {
+                let gate = dir.join("late.go");
+                let owner = spawn_owner_with(
+                    dir,
+                    cluster,
+                    "node-a",
+                    HOLD_TAKEOVER,
+                    Some(keeper),
+                    Some(&gate),
+                );
+                (owner, gate)
+            };
+            let Scene {
+                // Bound, so that the worker serves until the end.
+                cluster: _cluster,
+                keeper,
+                stage,
+                dir,
+                node,
+                faults,
+                owner,
+                successors: (late, gate),
+                target,
+                ..
+            } = Scene::publish("vol-late", held_back).await;
+            let log = fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(target.join("log"))
+                .unwrap();
+
+            // The worker applies the append and holds its reply (less than one attempt's
+            // budget, 300 ms here); the owner dies meanwhile.
+            faults.set_delay(Duration::from_millis(200));
+            let line = [b'x'; 1000];
+            let append = std::thread::spawn(move || {
+                use std::io::Write as _;
+                (&log).write_all(&line)
+            });
+            std::thread::sleep(Duration::from_millis(100));
+            owner.kill();
+            wait_for_log(&dir.join("keepers.log"), "keeping it for a successor");
+            // The successor fetches the stage at once, but waits 3 s before it has the
+            // kernel resend: past D (2 s after the crash with these timings).
+            fs::write(&gate, b"").unwrap();
+            let mut client = answering(&late, &dir).await;
+            let error = append.join().unwrap().unwrap_err();
+            faults.set_delay(Duration::ZERO);
+            assert_eq!(
+                error.raw_os_error(),
+                Some(libc::EIO),
+                "the outcome is unknown to the successor: {error}\n{}\n{}",
+                fs::read_to_string(dir.join("owners.log")).unwrap_or_default(),
+                fs::read_to_string(dir.join("keepers.log")).unwrap_or_default()
+            );
+            // It was applied once, by the dead owner's call; the successor sent nothing.
+            assert_eq!(fs::metadata(target.join("log")).unwrap().len(), 1000);
+            let (repeated, summary) = assert_exactly_once(&dir, &faults);
+            eprintln!("held back: {summary}");
+            let owners = fs::read_to_string(dir.join("owners.log")).unwrap();
+            assert!(
+                owners.contains("after the window for repeating it safely"),
+                "the successor says why:\n{owners}"
+            );
+            assert!(repeated <= 1, "only reads may be repeated: {summary}");
+
+            // The mount serves on.
+            fs::write(target.join("after"), b"fine").unwrap();
+            assert_eq!(fs::read(target.join("after")).unwrap(), b"fine");
+            unpublish_and_unstage(&mut client, &stage, &target).await;
+            assert!(mounts_under(&node.kubelet).is_empty());
+            drop((late, keeper));
         },
     );
 }

@@ -1268,9 +1268,8 @@ async fn an_observer_is_told_of_each_call_made_for_a_kernel_request() {
     fs.open(caller(), ROOT_NODE, 0).await.unwrap();
     fs.renew_handles().await.unwrap();
 
-    let (sending, mut calls): (Vec<ObservedCall>, Vec<ObservedCall>) = lock(&seen.0)
-        .iter()
-        .partition(|c| c.succeeded.is_none());
+    let (sending, mut calls): (Vec<ObservedCall>, Vec<ObservedCall>) =
+        lock(&seen.0).iter().partition(|c| c.succeeded.is_none());
     assert_eq!(sending.len(), calls.len(), "told before sending, and after");
     assert!(calls.iter().all(|c| c.succeeded == Some(true)));
     calls.sort_by_key(|c| (c.unique, c.index, c.op));
