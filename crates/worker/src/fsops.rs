@@ -711,23 +711,18 @@ impl Volume {
             0 => READDIR_MAX,
             n => n.min(READDIR_MAX),
         };
-        let mut names = Vec::new();
-        let mut dir = rustix::fs::Dir::read_from(&fd)?;
-        while let Some(item) = dir.read() {
-            let raw = item?.file_name().to_bytes().to_vec();
-            if raw == b"." || raw == b".." {
-                continue;
-            }
-            let cookie = dir_cookie(&raw);
-            if cookie > r.offset {
-                names.push((cookie, raw));
-            }
-        }
-        names.sort_unstable();
+        // A listing from the start scans the directory; the batches after it resume in the
+        // names it found (`listing.rs`).
+        let names = match self.listings.get(id) {
+            Some(names) if r.offset != 0 => names,
+            _ => self.listings.keep(id, scan(&fd)?),
+        };
+        let from = names.partition_point(|(cookie, _)| *cookie <= r.offset);
         let mut entries = Vec::new();
         let mut end = true;
-        let mut iter = names.into_iter().peekable();
+        let mut iter = names[from..].iter().peekable();
         while let Some((cookie, raw)) = iter.next() {
+            let (cookie, raw) = (*cookie, raw.to_vec());
             let child = match rustix::fs::openat(
                 &fd,
                 OsStr::from_bytes(&raw),
@@ -756,6 +751,22 @@ impl Volume {
         }
         Ok(Done::Readdir(v1::ReaddirReply { entries, end }))
     }
+}
+
+/// The names in the directory `fd`, but `.` and `..`, with their cookies, in cookie order.
+fn scan(fd: &OwnedFd) -> Result<Vec<crate::listing::Named>, OpError> {
+    let mut names = Vec::new();
+    let mut dir = rustix::fs::Dir::read_from(fd)?;
+    while let Some(item) = dir.read() {
+        let item = item?;
+        let raw = item.file_name().to_bytes();
+        if raw == b"." || raw == b".." {
+            continue;
+        }
+        names.push((dir_cookie(raw), raw.into()));
+    }
+    names.sort_unstable();
+    Ok(names)
 }
 
 /// The cookie of a directory entry: 62 bits of the SHA-256 of its name, plus one (0 means "from

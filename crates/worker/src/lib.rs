@@ -82,6 +82,7 @@ mod handles;
 mod hex;
 mod inode;
 pub mod lease;
+mod listing;
 mod meta;
 mod server;
 mod sys;

@@ -26,6 +26,7 @@ use crate::fsops::OpError;
 use crate::handles::HandleTable;
 use crate::inode::InodeTable;
 use crate::lease::{LeaseCommand, LeaseOutcome, LeaseState};
+use crate::listing::Listings;
 use crate::meta::{self, MetaStore, Record, Snapshot};
 use crate::{AccessMode, Reopen, VolumeSpec};
 
@@ -47,6 +48,8 @@ pub(crate) struct Volume {
     lease: LeaseState,
     pub(crate) inodes: InodeTable,
     pub(crate) handles: HandleTable,
+    /// Directory listings kept between the batches of a readdir.
+    pub(crate) listings: Listings,
     dedup: DedupCache,
     options: VolumeOptions,
     /// A journal write failed: the durable state is unknown until the volume is reopened.
@@ -157,6 +160,7 @@ impl Volume {
             lease: snapshot.lease,
             inodes,
             handles: HandleTable::new(u32::from_ne_bytes(nonce)),
+            listings: Listings::default(),
             dedup: DedupCache::new(options.dedup_capacity, options.dedup_retention_ms),
             options,
             failed: false,

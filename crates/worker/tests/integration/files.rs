@@ -340,3 +340,90 @@ async fn symbolic_links_are_never_followed() {
     assert_eq!(listed.entries[0].file, Some(link));
     server.stop().await;
 }
+
+/// One readdir batch of at most `max` entries of `dir` after `offset`: the names and the
+/// offset to resume from, `None` at the end.
+async fn batch(
+    c: &lease_client::Client<lease_client::HttpsTransport>,
+    dir: v1::FileId,
+    offset: u64,
+    max: u32,
+) -> (Vec<String>, Option<u64>) {
+    let listed = c
+        .call(Op::Readdir(v1::ReaddirRequest {
+            dir: Some(dir),
+            handle: None,
+            offset,
+            max_entries: max,
+            plus: true,
+        }))
+        .await
+        .unwrap();
+    let v1::reply::Result::Readdir(listed) = listed else {
+        panic!("{listed:?}");
+    };
+    let names = listed
+        .entries
+        .iter()
+        .map(|e| String::from_utf8(e.name.clone()).unwrap())
+        .collect();
+    let next = listed.entries.last().map(|e| e.next_offset);
+    (names, next.filter(|_| !listed.end))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listing_in_batches_returns_each_unchanged_entry_once_whatever_changes_meanwhile() {
+    let pki = pki("listing");
+    let dir = tempfile::tempdir().unwrap();
+    let spec = rwx("vol");
+    let server = leader(&pki, dir.path(), std::slice::from_ref(&spec)).await;
+    let c = client(&pki, &spec, &[server.endpoint()], budgets());
+    let sub = file_of(&c.call(mkdir(root(), "sub")).await.unwrap());
+    let names: Vec<String> = (0..300).map(|n| format!("f{n}")).collect();
+    for name in &names {
+        c.call(create(sub, name)).await.unwrap();
+    }
+
+    // A listing in batches of 40; after the first batch a name is added and one not listed
+    // yet is removed, and halfway the worker restarts (its kept listings are gone).
+    let (first, mut next) = batch(&c, sub, 0, 40).await;
+    assert_eq!(first.len(), 40);
+    let removed = names.iter().find(|n| !first.contains(n)).unwrap().clone();
+    c.call(unlink(sub, &removed)).await.unwrap();
+    c.call(create(sub, "added")).await.unwrap();
+    let mut listed = first;
+    let mut batches = 1;
+    while let Some(offset) = next {
+        if batches == 4 {
+            server.restart().await.unwrap();
+        }
+        let (more, after) = batch(&c, sub, offset, 40).await;
+        listed.extend(more);
+        next = after;
+        batches += 1;
+    }
+    let mut sorted = listed.clone();
+    sorted.sort();
+    sorted.dedup();
+    assert_eq!(sorted.len(), listed.len(), "no name twice");
+    for name in names.iter().filter(|n| **n != removed) {
+        assert!(listed.contains(name), "{name} was not listed");
+    }
+    assert!(
+        !listed.contains(&removed),
+        "a name removed before its batch is skipped"
+    );
+    assert!(batches >= 8, "{batches} batches");
+
+    // A listing started after the changes has them.
+    let mut again = Vec::new();
+    let mut offset = Some(0);
+    while let Some(from) = offset {
+        let (more, after) = batch(&c, sub, from, 1000).await;
+        again.extend(more);
+        offset = after;
+    }
+    assert_eq!(again.len(), 300);
+    assert!(again.contains(&"added".to_owned()) && !again.contains(&removed));
+    server.stop().await;
+}
