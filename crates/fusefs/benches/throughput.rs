@@ -22,7 +22,12 @@
 //! `BENCH_FILES` (10000), `BENCH_RANDOM_READS` (2000), `BENCH_RUNTIME_THREADS` (the tokio
 //! worker threads that serve both the FUSE session and the worker; 4), `BENCH_CALL_KIB`
 //! (fusefs's `call_data_bytes` in KiB; its default), `TMPDIR` (where the
-//! worker's state, the sshfs export and the mount points go).
+//! worker's state, the sshfs export and the mount points go), `BENCH_CURVE` (the directory
+//! sizes of the curve, `1000,10000,100000`; empty for none), `BENCH_TREE_FILES` (the files of
+//! the tree walked, 100000; 0 for none), `BENCH_ONLY=curve` (the curves alone).
+//!
+//! After the rounds, the curves (`throughput/curve.rs`): how create, listing and `lstat`
+//! rates scale with a directory's size, and a walk of a tree, per target.
 
 #![allow(
     clippy::unwrap_used,
@@ -54,6 +59,9 @@ use lease_client::v1::request::Op;
 use lease_client::{Budgets, Client, HttpsTransport};
 use worker::{AccessMode, Timings};
 
+#[path = "throughput/curve.rs"]
+mod curve;
+
 const VOLUME: &str = "v1.fusefs-bench";
 const MIB: usize = 1 << 20;
 const PAGE: usize = 4 << 10;
@@ -69,7 +77,7 @@ fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
     }
 }
 
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 struct Settings {
     size_mib: usize,
     rounds: usize,
@@ -77,6 +85,9 @@ struct Settings {
     random_reads: usize,
     runtime_threads: usize,
     call_kib: usize,
+    curve: Vec<usize>,
+    tree_files: usize,
+    only_curve: bool,
 }
 
 impl Settings {
@@ -88,6 +99,11 @@ impl Settings {
             random_reads: env_or("BENCH_RANDOM_READS", 2_000),
             runtime_threads: env_or("BENCH_RUNTIME_THREADS", 4),
             call_kib: env_or("BENCH_CALL_KIB", FsConfig::default().call_data_bytes >> 10),
+            curve: curve::sizes(
+                &std::env::var("BENCH_CURVE").unwrap_or_else(|_| "1000,10000,100000".into()),
+            ),
+            tree_files: env_or("BENCH_TREE_FILES", 100_000),
+            only_curve: std::env::var("BENCH_ONLY").is_ok_and(|v| v == "curve"),
         }
     }
 }
@@ -818,6 +834,11 @@ impl Sshfs {
         &self.mount_point
     }
 
+    /// The directory sshfs exports.
+    fn export(&self) -> PathBuf {
+        self.dir.join("export")
+    }
+
     /// Unmounts, waits for sshfs to exit (killing it by PID if it does not), then ends sshd by
     /// PID, and removes the directory.
     fn stop(&mut self) {
@@ -1150,7 +1171,12 @@ fn main() {
     let mut cold = true;
     let mut results: [Vec<Figures>; 3] = Default::default();
     let mut phases = Vec::new();
-    for round in 0..settings.rounds {
+    let rounds = if settings.only_curve {
+        0
+    } else {
+        settings.rounds
+    };
+    for round in 0..rounds {
         for (target, dir) in dirs.iter().enumerate() {
             let mut probe = Probe {
                 stats: (target == 0).then_some(&*replicated.stats),
@@ -1172,15 +1198,64 @@ fn main() {
         eprintln!("round {} the FUSE layer alone: {figures:.2?}", round + 1);
         instant_rounds.push(figures);
     }
+    let curves = curves(&settings, &dirs, &replicated.backing, &sshfs.export());
     loads.push(loadavg());
     sshfs.stop();
     runtime
         .block_on(instant.mounted.unmount(Duration::from_secs(15)))
         .unwrap();
     runtime.block_on(replicated.stop());
-    report(&settings, &results, cold, &loads);
-    breakdown(settings.rounds, &phases);
-    instant_report(&results, &instant_rounds);
+    if rounds > 0 {
+        report(&settings, &results, cold, &loads);
+        breakdown(settings.rounds, &phases);
+        instant_report(&results, &instant_rounds);
+    }
+    if !settings.curve.is_empty() || settings.tree_files > 0 {
+        println!("\nloads: {}", loads.join(" → "));
+        curve::report(&TARGETS, &curves, settings.tree_files);
+    }
+}
+
+/// The curves of every target (`throughput/curve.rs`): the directory grown through each,
+/// then the tree planted beside (a) and (b) (the worker's backing directory) and beside (c)
+/// (the sshfs export) and walked twice.
+fn curves(
+    settings: &Settings,
+    dirs: &[PathBuf; 3],
+    backing: &Path,
+    export: &Path,
+) -> Vec<curve::Curve> {
+    let mut curves: Vec<curve::Curve> = dirs
+        .iter()
+        .enumerate()
+        .map(|(target, dir)| {
+            if settings.curve.is_empty() {
+                return curve::Curve::default();
+            }
+            let grown = curve::grow(dir, &settings.curve);
+            eprintln!(
+                "curve {}: {grown:.3?} (load {})",
+                TARGETS[target],
+                loadavg()
+            );
+            grown
+        })
+        .collect();
+    if settings.tree_files > 0 {
+        for (beside, targets) in [(backing, &[0, 1][..]), (export, &[2][..])] {
+            curve::plant(beside, settings.tree_files);
+            for &target in targets {
+                for walk in 0..2 {
+                    let (seconds, files) = curve::walk(&dirs[target]);
+                    assert_eq!(files, settings.tree_files, "{}", TARGETS[target]);
+                    curves[target].walks[walk] = seconds;
+                }
+                eprintln!("walk {}: {:.2?} s", TARGETS[target], curves[target].walks);
+            }
+            curve::uproot(beside);
+        }
+    }
+    curves
 }
 
 fn instant_report(results: &[Vec<Figures>; 3], rounds: &[InstantFigures]) {

@@ -440,6 +440,15 @@ impl<S: FileService> Mounted<S> {
         self.session.as_ref().map(Session::descriptor)
     }
 
+    /// The session's counts of requests read and answered by the session itself; zero once
+    /// unmounted or paused.
+    pub fn counters(&self) -> fuse_session::Counters {
+        self.session
+            .as_ref()
+            .map(Session::counters)
+            .unwrap_or_default()
+    }
+
     /// The filesystem serving the mount; its state (nodes and open handles) is
     /// [`Fs::state`].
     pub fn fs(&self) -> &Arc<Fs<S>> {
