@@ -203,11 +203,15 @@ impl Keeper {
         };
         let owner = (!stage.handed_over).then_some(connection);
         let now = Instant::now();
-        let rules = stage
+        // Owners send at most the cap, oldest first; past it the newest (the open rule among
+        // them) are the ones kept.
+        let skip = stage
             .resend_rules
+            .len()
+            .saturating_sub(fusefs::MAX_RESEND_RULES);
+        let rules = stage.resend_rules[skip..]
             .iter()
             .map(|window| window.rule(now))
-            .take(fusefs::MAX_RESEND_RULES)
             .collect();
         tracing::info!(
             connection,

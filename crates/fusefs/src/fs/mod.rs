@@ -104,6 +104,8 @@ pub struct Fs<S> {
     resend_rules: Mutex<Vec<ResendRule>>,
     /// Set while this owner's resend rule waits for the first request read first-hand.
     first_hand_pending: AtomicBool,
+    /// Set by the one [`Fs::resend_until`].
+    resend_set: AtomicBool,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -166,6 +168,7 @@ impl<S: FileService> Fs<S> {
             observer: OnceLock::new(),
             resend_rules: Mutex::new(Vec::new()),
             first_hand_pending: AtomicBool::new(false),
+            resend_set: AtomicBool::new(false),
         }
     }
 

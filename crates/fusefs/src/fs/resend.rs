@@ -43,9 +43,10 @@ impl<S: FileService> Fs<S> {
     /// every request up to the first this `Fs` is handed that is not resent
     /// ([`Fs::read_request`]). Set once; `false` if one was set before.
     pub fn resend_until(&self, deadline: Instant) -> bool {
-        if self.first_hand_pending.swap(true, Ordering::SeqCst) {
+        if self.resend_set.swap(true, Ordering::SeqCst) {
             return false;
         }
+        self.first_hand_pending.store(true, Ordering::SeqCst);
         self.add_rules(&[ResendRule {
             below: u64::MAX,
             until: deadline,

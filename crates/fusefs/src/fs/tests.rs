@@ -1207,6 +1207,11 @@ async fn a_request_resent_again_keeps_the_deadline_of_the_crash_it_first_survive
         journal.take(),
         [(false, vec![TableChange::FirstRead { unique: 200 }])]
     );
+    assert!(
+        !fs.resend_until(later),
+        "still set once after the first request read first-hand"
+    );
+    assert_eq!(fs.resend_rules().len(), 2);
 
     // Rules pile up over many crashes: past the cap the oldest merge, keeping the earlier
     // deadline for the larger range.
