@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
+use worker_proto::v1;
 
 /// How many arrivals [`Faults::arrivals`] remembers.
 const ARRIVALS: usize = 4096;
@@ -18,6 +19,10 @@ pub struct Arrival {
     /// The 128-bit XXH3 hash of the request body (equal for a retry of the same request).
     pub digest: [u8; 16],
 }
+
+/// Answers calls in a volume's place (see [`Faults::stand_in`]): the call's operation in, the
+/// result to send, or `None` to leave the call to the volume.
+pub type StandIn = Arc<dyn Fn(&v1::request::Op) -> Option<v1::reply::Result> + Send + Sync>;
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
@@ -41,6 +46,21 @@ struct FaultState {
     arrivals: Mutex<VecDeque<Arrival>>,
     logging_applied: AtomicBool,
     applied: Mutex<Vec<[u8; 16]>>,
+    stand_in: StandInSlot,
+}
+
+#[derive(Default)]
+struct StandInSlot {
+    set: AtomicBool,
+    answer: Mutex<Option<StandIn>>,
+}
+
+impl std::fmt::Debug for StandInSlot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StandInSlot")
+            .field("set", &self.set)
+            .finish_non_exhaustive()
+    }
 }
 
 /// The fault settings as the admin call carries them (`POST /takos.worker.v1/admin/faults`);
@@ -107,6 +127,28 @@ impl Faults {
         if let Some(minority) = settings.minority {
             self.set_minority(minority);
         }
+    }
+
+    /// From now on, `answer` answers every call to a registered volume before the volume sees
+    /// it (the reply is encoded and sent as the volume's would be; nothing is applied or
+    /// cached); `None` gives the calls back to the volumes. A worker with no service time
+    /// behind the real transport, for measuring everything around it. [`Faults::clear`] leaves
+    /// it as it is.
+    pub fn stand_in(&self, answer: Option<StandIn>) {
+        let slot = &self.inner.stand_in;
+        let mut held = lock(&slot.answer);
+        slot.set.store(answer.is_some(), Ordering::SeqCst);
+        *held = answer;
+    }
+
+    /// The stand-in's answer to `op`, if one is set and answers it.
+    pub(crate) fn stand_in_answer(&self, op: &v1::request::Op) -> Option<v1::reply::Result> {
+        let slot = &self.inner.stand_in;
+        if !slot.set.load(Ordering::Relaxed) {
+            return None;
+        }
+        let answer = lock(&slot.answer).clone()?;
+        answer(op)
     }
 
     /// Clears every fault.

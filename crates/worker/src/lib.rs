@@ -96,7 +96,7 @@ pub use auth::Tokens;
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use config::{AccessMode, Config, Reopen, Role, Timings, VolumeSpec};
 pub use error::Error;
-pub use faults::{Arrival, FaultSettings, Faults};
+pub use faults::{Arrival, FaultSettings, Faults, StandIn};
 pub use inode::{ROOT_GENERATION, ROOT_INO};
 pub use meta::validate_volume_id;
 pub use server::{ADMIN_DELETE_VOLUME_PATH, ADMIN_FAULTS_PATH, ADMIN_VOLUMES_PATH, Server, run};

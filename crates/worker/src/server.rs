@@ -620,6 +620,13 @@ async fn call(
     let Some(tx) = sender(&shared, &decoded.volume_id) else {
         return refuse(v1::ErrorKind::UnknownVolume, "no volume with this ID");
     };
+    if let Some(result) = shared.faults.stand_in_answer(&decoded.op) {
+        return Ok(protobuf(reply_bytes(
+            &request_id,
+            result,
+            retention_ms(&shared.config),
+        )));
+    }
     let (reply, answer) = oneshot::channel();
     let command = Command::Call {
         request: Box::new(decoded),

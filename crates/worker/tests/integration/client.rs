@@ -205,6 +205,62 @@ async fn followers_and_minorities_refuse_with_no_quorum() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stand_in_answers_in_the_volumes_place_until_taken_away() {
+    let pki = pki("stand-in");
+    let dir = tempfile::tempdir().unwrap();
+    let spec = rwx("vol");
+    let server = leader(&pki, dir.path(), std::slice::from_ref(&spec)).await;
+    let volume = client(&pki, &spec, &[server.endpoint()], budgets());
+    let made = file_of(&volume.call(mkdir(root(), "real")).await.unwrap());
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    server.faults().stand_in(Some(Arc::new({
+        let seen = Arc::clone(&seen);
+        move |op: &worker_proto::v1::request::Op| {
+            seen.lock().unwrap().push(op.clone());
+            match op {
+                worker_proto::v1::request::Op::Getattr(_) => None,
+                _ => Some(worker_proto::v1::reply::Result::Error(
+                    worker_proto::v1::Error {
+                        kind: ErrorKind::Errno.into(),
+                        errno: libc::EROFS,
+                        ..Default::default()
+                    },
+                )),
+            }
+        }
+    })));
+
+    // Answered by the stand-in: refused, and nothing applied.
+    let error = volume.call(mkdir(root(), "stood-in")).await.unwrap_err();
+    assert!(
+        matches!(error.refusal(), Some(Refusal::Errno(libc::EROFS))),
+        "{error:?}"
+    );
+    assert!(!dir.path().join("volumes/vol/data/stood-in").exists());
+    // Left to the volume: the stand-in returns None for getattr.
+    let attr = entry_of(&volume.call(getattr(made)).await.unwrap());
+    assert_eq!(attr.file, Some(made));
+    // A volume the worker does not serve is refused before any stand-in.
+    let other = client(&pki, &rwx("other"), &[server.endpoint()], budgets());
+    let error = other.call(getattr(root())).await.unwrap_err();
+    assert!(
+        matches!(error.refusal(), Some(Refusal::UnknownVolume)),
+        "{error:?}"
+    );
+    assert_eq!(
+        seen.lock().unwrap().len(),
+        2,
+        "the stand-in saw mkdir and getattr only"
+    );
+
+    // Taken away: the volume answers again.
+    server.faults().stand_in(None);
+    volume.call(mkdir(root(), "after")).await.unwrap();
+    assert!(dir.path().join("volumes/vol/data/after").is_dir());
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_to_an_endpoint_that_never_answers_ends_within_its_budget() {
     let pki = pki("hang");
     let dir = tempfile::tempdir().unwrap();
