@@ -104,3 +104,43 @@ fn two_mounts_see_each_others_changes_at_once() {
     rt.block_on(mount_a.unmount());
     rt.block_on(mount_b.unmount());
 }
+
+/// The visibility promise every performance lever must keep (issue 15): a mode set through
+/// one mount is what the other mount's `fstat` of a descriptor it already holds returns, at
+/// once, every time; no attribute is answered from a cache, whatever asked for it before.
+#[test]
+fn an_fstat_sees_a_mode_set_through_another_mount_at_once() {
+    let test = "an_fstat_sees_a_mode_set_through_another_mount_at_once";
+    if !test_support::private_mount_namespace_with_fuse(test) {
+        return;
+    }
+    let _watchdog = Watchdog::arm(test, Duration::from_secs(60));
+    let rt = runtime();
+    let volume = rt.block_on(Volume::start(AccessMode::Rwx));
+    let mount_a = rt.block_on(Mount::new(&volume, &volume.mount_point("a"), "node-a"));
+    let mount_b = rt.block_on(Mount::new(&volume, &volume.mount_point("b"), "node-b"));
+    let (a, b) = (mount_a.path().to_owned(), mount_b.path().to_owned());
+
+    fs::write(a.join("f"), b"data").unwrap();
+    let held = fs::File::open(a.join("f")).unwrap();
+    for (round, mode) in [0o600, 0o644, 0o400, 0o755, 0o640, 0o604, 0o600]
+        .into_iter()
+        .cycle()
+        .take(50)
+        .enumerate()
+    {
+        // Asked just before the change, through A, by path and by descriptor.
+        let before = held.metadata().unwrap().mode();
+        assert_eq!(fs::metadata(a.join("f")).unwrap().mode(), before);
+        fs::set_permissions(b.join("f"), fs::Permissions::from_mode(mode)).unwrap();
+        assert_eq!(
+            held.metadata().unwrap().mode() & 0o7777,
+            mode,
+            "round {round}: A's fstat after B's chmod"
+        );
+        assert_eq!(fs::metadata(a.join("f")).unwrap().mode() & 0o7777, mode);
+    }
+    drop(held);
+    rt.block_on(mount_a.unmount());
+    rt.block_on(mount_b.unmount());
+}
