@@ -1,11 +1,28 @@
 //! The floor under fusefs, part by part: what one `lstat` of `d/fN` and one 4 KiB read cost
-//! through (1) a minimal server on libfuse's low-level API answering from memory
-//! (`benches/floor/ll_floor.c`, multi-threaded, the mount options fusefs promises: the least
-//! any FUSE filesystem pays on this kernel) and (2) fusefs's FUSE layer alone: the
-//! fuse-session loop and the `Fs` core over a worker that answers from memory at once, with no
-//! transport. Each server runs in a process of its own, so the CPU time of each side is
-//! measured apart: the client's (the measuring thread's, in the kernel's syscall path) and
-//! the server's (every thread of its process).
+//! through each layer, each server in a process of its own so that the CPU time of each side
+//! is measured apart (the client's: this process, the kernel's FUSE path included; the FUSE
+//! server's; the worker's):
+//!
+//! 1. a minimal server on libfuse's low-level API answering from memory
+//!    (`benches/floor/ll_floor.c`, multi-threaded, the mount options fusefs promises): the
+//!    least any FUSE filesystem pays on this kernel;
+//! 2. fusefs's FUSE layer alone: the fuse-session loop and the `Fs` core over a worker that
+//!    answers from memory at once, with no transport;
+//! 3. (a) one round trip of 64 bytes over loopback TCP between two processes, one blocking
+//!    thread each: the least any networked worker pays on this machine; (b) one HTTP/2-over-TLS
+//!    round trip through the real client (lease-client) and the real worker server with an
+//!    empty handler: a call to a volume the worker does not serve, refused before any volume
+//!    sees it;
+//! 4. single worker calls through the real client, the calls an `lstat` and a read make
+//!    (lookup, getattr, read): (a) to a worker whose volume is answered from memory by a
+//!    stand-in ([`worker::Faults::stand_in`]), so transport and decoding only, and (b) to the
+//!    reference worker; (b) - (a) is the reference worker's service time;
+//! 5. the whole node path to the stand-in worker: what a perfect worker would give;
+//! 6. the whole node path to the reference worker.
+//!
+//! Then the sum of the parts: row 5 against row 2 plus its calls at row 4a's round trips, and
+//! row 6 against row 2 plus its calls at row 4b's (the calls per operation as counted in the
+//! FUSE server). A full path well above its parts is hidden waste: queueing, copies, hand-offs.
 //!
 //! ```text
 //! cargo bench -p fusefs --bench floor
@@ -14,12 +31,21 @@
 //! Needs root (it mounts in a private mount namespace of its own; without the privilege it
 //! prints SKIPPED and exits 0) and `/dev/fuse`. `benches/setup-libfuse.sh` installs libfuse's
 //! headers and a C compiler when missing; the server is built into the run's temporary
-//! directory. Both servers count the FUSE requests they read into a shared 8-byte file, so
-//! each figure comes with its requests per operation. The rounds alternate the servers and
-//! report medians. Every child is ended by its PID and every mount lives in the namespace.
+//! directory. Every server counts the FUSE requests it reads and fusefs counts its worker calls
+//! by kind, so each figure comes with its requests and calls per operation. The rounds
+//! alternate the rows and report medians. Every child is ended by its PID and every mount lives
+//! in the namespace.
 //!
 //! Environment: `BENCH_ROUNDS` (3), `BENCH_OPS` (operations per phase, 20000),
-//! `BENCH_RUNTIME_THREADS` (the fusefs server's tokio worker threads, 4).
+//! `BENCH_RUNTIME_THREADS` (the fusefs server's tokio worker threads, 4), `BENCH_ROWS` (the
+//! rows to run, by number: `1,2,5`; all by default), `BENCH_PIN` (`split`: every server process
+//! on the CPUs but the first, the client on the first; unset: where the scheduler puts them).
+//!
+//! On a virtual machine a wake-up across CPUs can cost tens of microseconds (an idle virtual
+//! CPU sleeps in the host) where one on the same CPU costs a few, so an unpinned run is
+//! bimodal: a phase runs fast or slow depending on where the scheduler placed its threads.
+//! `BENCH_PIN=split` fixes the placement: each FUSE request, and each call from the client
+//! rows, crosses CPUs once each way; the hops inside the servers stay on their CPUs.
 
 #![allow(
     clippy::unwrap_used,
@@ -28,28 +54,38 @@
     clippy::print_stderr
 )]
 
+use std::cell::RefCell;
 use std::fs::{self, File};
 use std::future::Future;
-use std::io::Read as _;
+use std::io::{BufRead as _, BufReader, Write as _};
 use std::os::unix::fs::FileExt as _;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use fusefs::{FileService, Fs, FsConfig};
 use lease_client::protocol::{ROOT_INO, ROOT_INODE_GENERATION, RequestId};
-use lease_client::v1;
 use lease_client::v1::reply::Result as ReplyResult;
 use lease_client::v1::request::Op;
+use lease_client::{Budgets, Client, HttpsTransport, Refusal, v1};
+use worker::AccessMode;
+use worker::testing::Pki;
 
 /// The files in `d`, as in `ll_floor.c`.
 const FILES: u64 = 1000;
 const DIR_INO: u64 = 2;
 const FIRST_FILE: u64 = 1000;
 const FILE_SIZE: usize = 4096;
+static ZEROS: [u8; FILE_SIZE] = [0; FILE_SIZE];
+const VOLUME: &str = "floor";
+const TOKEN: &str = "floor-bench-token";
 const SERVE_FUSEFS: &str = "--serve-fusefs";
+const SERVE_WORKER: &str = "--serve-worker";
+const SERVE_ECHO: &str = "--serve-echo";
+const ECHO_BYTES: usize = 64;
 
 fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
     std::env::var(name)
@@ -58,49 +94,79 @@ fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
         .unwrap_or(default)
 }
 
-/// The tree of `ll_floor.c`, answered at once from memory: the worker of row (2).
-struct Memory;
+fn runtime(threads: usize) -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(threads)
+        .enable_all()
+        .build()
+        .unwrap()
+}
 
-impl Memory {
-    fn entry(ino: u64) -> Option<v1::Entry> {
-        let directory = ino == ROOT_INO || ino == DIR_INO;
-        if !directory && !(FIRST_FILE..FIRST_FILE + FILES).contains(&ino) {
-            return None;
-        }
-        Some(v1::Entry {
-            file: Some(v1::FileId {
-                ino,
-                inode_generation: if ino == ROOT_INO {
-                    ROOT_INODE_GENERATION
-                } else {
-                    1
-                },
-            }),
-            attr: Some(v1::Attr {
-                mode: if directory {
-                    libc::S_IFDIR | 0o755
-                } else {
-                    libc::S_IFREG | 0o644
-                },
-                nlink: if directory { 2 } else { 1 },
-                size: if directory { 0 } else { FILE_SIZE as u64 },
-                blksize: 4096,
-                ..v1::Attr::default()
-            }),
-        })
+/// The tree of `ll_floor.c`: one entry.
+fn memory_entry(ino: u64) -> Option<v1::Entry> {
+    let directory = ino == ROOT_INO || ino == DIR_INO;
+    if !directory && !(FIRST_FILE..FIRST_FILE + FILES).contains(&ino) {
+        return None;
     }
+    Some(v1::Entry {
+        file: Some(v1::FileId {
+            ino,
+            inode_generation: if ino == ROOT_INO {
+                ROOT_INODE_GENERATION
+            } else {
+                1
+            },
+        }),
+        attr: Some(v1::Attr {
+            mode: if directory {
+                libc::S_IFDIR | 0o755
+            } else {
+                libc::S_IFREG | 0o644
+            },
+            nlink: if directory { 2 } else { 1 },
+            size: if directory { 0 } else { FILE_SIZE as u64 },
+            blksize: 4096,
+            ..v1::Attr::default()
+        }),
+    })
+}
 
-    fn lookup(parent: u64, name: &[u8]) -> Option<v1::Entry> {
-        match (parent, name) {
-            (ROOT_INO, b"d") => Memory::entry(DIR_INO),
+/// What a worker answering from memory answers: `None` for `ENOENT`.
+fn memory_answer(op: &Op) -> Option<ReplyResult> {
+    let ino_of = |file: Option<v1::FileId>| file.map_or(0, |f| f.ino);
+    match op {
+        Op::Lookup(r) => match (ino_of(r.parent), r.name.as_slice()) {
+            (ROOT_INO, b"d") => memory_entry(DIR_INO),
             (DIR_INO, name) => std::str::from_utf8(name)
                 .ok()
                 .and_then(|n| n.strip_prefix('f')?.parse::<u64>().ok())
-                .and_then(|n| Memory::entry(FIRST_FILE + n)),
+                .and_then(|n| memory_entry(FIRST_FILE + n)),
             _ => None,
         }
+        .map(ReplyResult::Lookup),
+        Op::Getattr(r) => memory_entry(ino_of(r.file)).map(ReplyResult::Getattr),
+        Op::Open(_) => Some(ReplyResult::Open(v1::OpenReply {
+            handle: 7,
+            handle_lease_ms: 0,
+        })),
+        Op::Read(r) => {
+            let start = usize::try_from(r.offset)
+                .unwrap_or(FILE_SIZE)
+                .min(FILE_SIZE);
+            let end = start.saturating_add(r.size as usize).min(FILE_SIZE);
+            Some(ReplyResult::Read(v1::ReadReply {
+                data: Bytes::from_static(&ZEROS[start..end]),
+            }))
+        }
+        Op::RenewHandles(_) => Some(ReplyResult::RenewHandles(v1::RenewHandlesReply::default())),
+        Op::Release(_) => Some(ReplyResult::Release(v1::Empty {})),
+        Op::Flush(_) => Some(ReplyResult::Flush(v1::Empty {})),
+        _ => None,
     }
 }
+
+/// The worker of row 2: [`memory_answer`], at once, in the FUSE server's process.
+struct Memory;
 
 impl FileService for Memory {
     fn call(
@@ -109,111 +175,314 @@ impl FileService for Memory {
         _until: Option<Instant>,
         op: Op,
     ) -> impl Future<Output = Result<ReplyResult, lease_client::Error>> + Send {
-        let ino_of = |file: Option<v1::FileId>| file.map_or(0, |f| f.ino);
-        let enoent = lease_client::Error::Refused {
-            volume_id: "floor".into(),
+        std::future::ready(memory_answer(&op).ok_or(lease_client::Error::Refused {
+            volume_id: VOLUME.into(),
             op: "memory",
-            refusal: lease_client::Refusal::Errno(libc::ENOENT),
-        };
-        let result = match op {
-            Op::Lookup(r) => Memory::lookup(ino_of(r.parent), &r.name)
-                .map(ReplyResult::Lookup)
-                .ok_or(enoent),
-            Op::Getattr(r) => Memory::entry(ino_of(r.file))
-                .map(ReplyResult::Getattr)
-                .ok_or(enoent),
-            Op::Open(_) => Ok(ReplyResult::Open(v1::OpenReply {
-                handle: 7,
-                handle_lease_ms: 0,
-            })),
-            Op::Read(r) => {
-                let left = (FILE_SIZE as u64).saturating_sub(r.offset);
-                let len = left.min(u64::from(r.size)) as usize;
-                Ok(ReplyResult::Read(v1::ReadReply {
-                    data: Bytes::from(vec![0u8; len]),
-                }))
-            }
-            Op::RenewHandles(_) => Ok(ReplyResult::RenewHandles(v1::RenewHandlesReply::default())),
-            Op::Release(_) => Ok(ReplyResult::Release(v1::Empty {})),
-            Op::Flush(_) => Ok(ReplyResult::Flush(v1::Empty {})),
-            _ => Err(enoent),
-        };
-        std::future::ready(result)
+            refusal: Refusal::Errno(libc::ENOENT),
+        }))
     }
 }
 
-/// Row (2)'s server process: mounts fusefs over [`Memory`] at `mount`, copies the session's
-/// request count into `counter` every millisecond, and unmounts when its stdin closes.
-fn serve_fusefs(mount: &Path, counter: &Path) {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(env_or("BENCH_RUNTIME_THREADS", 4))
-        .enable_all()
-        .build()
-        .unwrap();
-    let fs = Arc::new(Fs::new(Memory, FsConfig::default()).unwrap());
-    let mut mounted = runtime.block_on(fusefs::mount(fs, "floor", mount)).unwrap();
-    let counter = File::options().write(true).open(counter).unwrap();
-    let (done_tx, done) = std::sync::mpsc::channel::<()>();
-    std::thread::spawn(move || {
-        let mut sink = Vec::new();
-        let _ = std::io::stdin().read_to_end(&mut sink);
-        let _ = done_tx.send(());
-    });
-    loop {
-        let requests = mounted.counters().requests;
-        counter.write_all_at(&requests.to_le_bytes(), 0).unwrap();
-        match done.recv_timeout(Duration::from_millis(1)) {
-            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
-            _ => break,
+/// Worker calls by kind: lookups, getattrs, reads, the rest.
+#[derive(Debug, Default)]
+struct Calls([AtomicU64; 4]);
+
+const CALL_KINDS: [&str; 4] = ["lookup", "getattr", "read", "other"];
+
+/// A [`FileService`] that counts its calls by kind.
+struct Counted<S> {
+    inner: S,
+    calls: Arc<Calls>,
+}
+
+impl<S: FileService> FileService for Counted<S> {
+    fn call(
+        &self,
+        request_id: Option<RequestId>,
+        until: Option<Instant>,
+        op: Op,
+    ) -> impl Future<Output = Result<ReplyResult, lease_client::Error>> + Send {
+        let kind = match op {
+            Op::Lookup(_) => 0,
+            Op::Getattr(_) => 1,
+            Op::Read(_) => 2,
+            _ => 3,
+        };
+        self.calls.0[kind].fetch_add(1, Ordering::Relaxed);
+        self.inner.call(request_id, until, op)
+    }
+}
+
+/// What a worker process leaves in its directory for its clients: its PKI and its endpoint
+/// (written last).
+struct WorkerFiles {
+    endpoint: String,
+    pki: Pki,
+}
+
+impl WorkerFiles {
+    const PEMS: [&str; 5] = [
+        "ca.pem",
+        "server.pem",
+        "server.key",
+        "client.pem",
+        "client.key",
+    ];
+
+    fn write(&self, dir: &Path) {
+        let pki = &self.pki;
+        let pems = [
+            &pki.ca_pem,
+            &pki.server_pem,
+            &pki.server_key,
+            &pki.client_pem,
+            &pki.client_key,
+        ];
+        for (name, pem) in WorkerFiles::PEMS.iter().zip(pems) {
+            fs::write(dir.join(name), pem).unwrap();
+        }
+        fs::write(dir.join("endpoint.new"), &self.endpoint).unwrap();
+        fs::rename(dir.join("endpoint.new"), dir.join("endpoint")).unwrap();
+    }
+
+    fn read(dir: &Path) -> WorkerFiles {
+        let [ca_pem, server_pem, server_key, client_pem, client_key] =
+            WorkerFiles::PEMS.map(|name| fs::read_to_string(dir.join(name)).unwrap());
+        WorkerFiles {
+            endpoint: fs::read_to_string(dir.join("endpoint")).unwrap(),
+            pki: Pki {
+                ca_pem,
+                server_pem,
+                server_key,
+                client_pem,
+                client_key,
+            },
         }
     }
+
+    /// A client of `volume` on this worker (call it inside a runtime).
+    fn client(&self, volume: &str) -> Client<HttpsTransport> {
+        let spec = worker::testing::volume(volume, AccessMode::Rwx);
+        worker::testing::client(&self.pki, &spec, &self.endpoint, TOKEN, Budgets::default())
+            .unwrap()
+    }
+}
+
+/// Answers each line on stdin with `counts()` as one line on stdout, until stdin closes.
+fn answer_counts(counts: impl Fn() -> [u64; 5]) {
+    let mut out = std::io::stdout().lock();
+    for line in std::io::stdin().lock().lines() {
+        if line.is_err() {
+            break;
+        }
+        let counts = counts().map(|c| c.to_string()).join(" ");
+        writeln!(out, "{counts}").unwrap();
+        out.flush().unwrap();
+    }
+}
+
+/// A FUSE server process of rows 2, 5 and 6: fusefs over [`Memory`] (`worker` is `None`) or
+/// over a client of the worker whose files are in `worker`, mounted at `mount`, until stdin
+/// closes. Over a worker it first plants `ll_floor.c`'s tree through its own mount.
+fn serve_fusefs(mount: &Path, worker: Option<&Path>) {
+    let runtime = runtime(env_or("BENCH_RUNTIME_THREADS", 4));
+    let calls = Arc::new(Calls::default());
+    match worker {
+        None => serve_mount(&runtime, Memory, &calls, mount),
+        Some(dir) => {
+            let client = {
+                let _in = runtime.enter();
+                WorkerFiles::read(dir).client(VOLUME)
+            };
+            serve_mount(&runtime, client, &calls, mount);
+        }
+    }
+}
+
+fn serve_mount<S: FileService>(
+    runtime: &tokio::runtime::Runtime,
+    service: S,
+    calls: &Arc<Calls>,
+    mount: &Path,
+) {
+    let service = Counted {
+        inner: service,
+        calls: Arc::clone(calls),
+    };
+    let fs = Arc::new(Fs::new(service, FsConfig::default()).unwrap());
+    let mut mounted = runtime.block_on(fusefs::mount(fs, VOLUME, mount)).unwrap();
+    let dir = mount.join("d");
+    if fs::symlink_metadata(&dir).is_err() {
+        fs::create_dir(&dir).unwrap();
+        for n in 0..FILES {
+            fs::write(dir.join(format!("f{n}")), ZEROS).unwrap();
+        }
+    }
+    answer_counts(|| {
+        let [lookups, getattrs, reads, others] =
+            calls.0.each_ref().map(|c| c.load(Ordering::Relaxed));
+        [
+            mounted.counters().requests,
+            lookups,
+            getattrs,
+            reads,
+            others,
+        ]
+    });
     runtime
         .block_on(mounted.unmount(Duration::from_secs(10)))
         .unwrap();
 }
 
-/// One server under test: its process, its mount point and its request counter.
+/// A worker process of rows 3 to 6: a leader serving the volume from `dir/state`, its volume
+/// answered by a stand-in from memory when `stand_in`, until stdin closes.
+fn serve_worker(dir: &Path, stand_in: bool) {
+    let runtime = runtime(2);
+    let pki = Pki::generate(VOLUME).unwrap();
+    let server = runtime
+        .block_on(worker::testing::leader(
+            &pki,
+            &dir.join("state"),
+            &[worker::testing::volume(VOLUME, AccessMode::Rwx)],
+            TOKEN,
+            worker::Timings::default(),
+        ))
+        .unwrap();
+    if stand_in {
+        server.faults().stand_in(Some(Arc::new(|op: &Op| {
+            Some(memory_answer(op).unwrap_or_else(|| {
+                ReplyResult::Error(v1::Error {
+                    kind: v1::ErrorKind::Errno.into(),
+                    errno: libc::ENOENT,
+                    ..v1::Error::default()
+                })
+            }))
+        })));
+    }
+    WorkerFiles {
+        endpoint: server.local_addr().to_string(),
+        pki,
+    }
+    .write(dir);
+    answer_counts(|| [0; 5]);
+    runtime.block_on(server.stop());
+}
+
+/// Row 3a's server process: echoes `ECHO_BYTES` at a time on one loopback TCP connection, one
+/// blocking thread, after writing its port to `dir/endpoint`; ends when stdin closes.
+fn serve_echo(dir: &Path) {
+    use std::io::Read as _;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let endpoint = listener.local_addr().unwrap().to_string();
+    fs::write(dir.join("endpoint.new"), &endpoint).unwrap();
+    fs::rename(dir.join("endpoint.new"), dir.join("endpoint")).unwrap();
+    std::thread::spawn(move || {
+        let Ok((mut stream, _)) = listener.accept() else {
+            return;
+        };
+        stream.set_nodelay(true).unwrap();
+        let mut message = [0u8; ECHO_BYTES];
+        while stream.read_exact(&mut message).is_ok() && stream.write_all(&message).is_ok() {}
+    });
+    answer_counts(|| [0; 5]);
+}
+
+/// Row 3a's phase: `ECHO_BYTES` out and back.
+fn echo_round(stream: &mut std::net::TcpStream, sides: Sides<'_>, ops: usize) -> Vec<Phase> {
+    use std::io::Read as _;
+    let mut message = [7u8; ECHO_BYTES];
+    let phase = measure(sides, ops, |_| {
+        stream.write_all(&message).unwrap();
+        stream.read_exact(&mut message).unwrap();
+    });
+    vec![phase]
+}
+
+/// One process under test.
 struct Server {
     name: &'static str,
     child: Child,
-    mount: PathBuf,
-    counter: PathBuf,
+    /// Where libfuse's server counts its requests; `None` for the servers of this binary,
+    /// which answer on their stdin and stdout.
+    counter: Option<PathBuf>,
+    stdin: RefCell<Option<ChildStdin>>,
+    stdout: RefCell<Option<BufReader<ChildStdout>>>,
+}
+
+/// What a server has counted: FUSE requests read and worker calls by kind.
+#[derive(Clone, Copy, Debug, Default)]
+struct Counts {
+    requests: u64,
+    calls: [u64; 4],
 }
 
 impl Server {
-    fn start(name: &'static str, mut command: Command, mount: PathBuf, counter: PathBuf) -> Server {
-        fs::create_dir_all(&mount).unwrap();
-        File::create(&counter).unwrap().set_len(8).unwrap();
-        let child = command
-            .arg(&mount)
-            .arg(&counter)
+    /// Starts `command` and waits until `ready` holds.
+    fn start(
+        name: &'static str,
+        mut command: Command,
+        counter: Option<PathBuf>,
+        ready: impl Fn() -> bool,
+    ) -> Server {
+        if let Some(counter) = &counter {
+            File::create(counter).unwrap().set_len(8).unwrap();
+            command.arg(counter);
+        }
+        let mut child = command
             .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
             .spawn()
             .unwrap();
-        let server = Server {
+        let mut server = Server {
             name,
+            stdin: RefCell::new(child.stdin.take()),
+            stdout: RefCell::new(child.stdout.take().map(BufReader::new)),
             child,
-            mount,
             counter,
         };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while fs::symlink_metadata(server.mount.join("d/f0")).is_err() {
-            assert!(Instant::now() < deadline, "{name} did not mount");
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !ready() {
+            assert!(Instant::now() < deadline, "{name} did not start");
+            if let Ok(Some(status)) = server.child.try_wait() {
+                panic!("{name} exited: {status}");
+            }
             std::thread::sleep(Duration::from_millis(20));
         }
         server
     }
 
-    /// Requests the server has read so far.
-    fn requests(&self) -> u64 {
-        // The fusefs server copies its count every millisecond.
-        std::thread::sleep(Duration::from_millis(20));
-        let mut bytes = [0u8; 8];
-        File::open(&self.counter)
+    /// What the server has counted so far.
+    fn counts(&self) -> Counts {
+        if let Some(counter) = &self.counter {
+            let mut bytes = [0u8; 8];
+            File::open(counter)
+                .unwrap()
+                .read_exact_at(&mut bytes, 0)
+                .unwrap();
+            return Counts {
+                requests: u64::from_le_bytes(bytes),
+                calls: [0; 4],
+            };
+        }
+        let mut stdin = self.stdin.borrow_mut();
+        let stdin = stdin.as_mut().unwrap();
+        stdin.write_all(b"\n").unwrap();
+        stdin.flush().unwrap();
+        let mut line = String::new();
+        self.stdout
+            .borrow_mut()
+            .as_mut()
             .unwrap()
-            .read_exact_at(&mut bytes, 0)
+            .read_line(&mut line)
             .unwrap();
-        u64::from_le_bytes(bytes)
+        let numbers: Vec<u64> = line
+            .split_whitespace()
+            .map(|n| n.parse().unwrap())
+            .collect();
+        Counts {
+            requests: numbers[0],
+            calls: [numbers[1], numbers[2], numbers[3], numbers[4]],
+        }
     }
 
     /// CPU time of every thread of the server's process so far.
@@ -233,12 +502,15 @@ impl Server {
         Duration::from_nanos(total)
     }
 
-    /// Ends the server: its stdin closes (the fusefs server unmounts and exits) and it gets
-    /// SIGTERM (libfuse unmounts and exits); killed by PID if it has not exited in 10 s.
+    /// Ends the server: its stdin closes (a server of this binary unmounts or stops its worker
+    /// and exits), libfuse's gets SIGTERM (it unmounts and exits); killed by PID if it has not
+    /// exited in 10 s.
     fn stop(mut self) {
-        drop(self.child.stdin.take());
-        let pid = rustix::process::Pid::from_child(&self.child);
-        let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
+        drop(self.stdin.take());
+        if self.counter.is_some() {
+            let pid = rustix::process::Pid::from_child(&self.child);
+            let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
+        }
         let deadline = Instant::now() + Duration::from_secs(10);
         while Instant::now() < deadline {
             if let Ok(Some(_)) = self.child.try_wait() {
@@ -252,30 +524,52 @@ impl Server {
     }
 }
 
-/// CPU time of the calling thread.
-fn thread_cpu() -> Duration {
-    let now = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
+/// Pins the calling thread (and the threads and processes it starts later) to `cpus`.
+fn pin(cpus: impl IntoIterator<Item = usize>) {
+    let mut set = rustix::thread::CpuSet::new();
+    for cpu in cpus {
+        set.set(cpu);
+    }
+    rustix::thread::sched_setaffinity(None, &set).unwrap();
+}
+
+/// CPU time of this process (every thread: the client's runtime, and the kernel's FUSE path
+/// in the measuring thread's system calls).
+fn process_cpu() -> Duration {
+    let now = rustix::time::clock_gettime(rustix::time::ClockId::ProcessCPUTime);
     Duration::new(now.tv_sec as u64, now.tv_nsec as u32)
 }
 
-/// One phase's figures for one server.
+/// One phase's figures for one row.
 #[derive(Clone, Copy, Debug, Default)]
 struct Phase {
     p50_us: f64,
     p99_us: f64,
     ops_per_s: f64,
     requests_per_op: f64,
+    calls_per_op: [f64; 4],
     client_cpu_us: f64,
-    server_cpu_us: f64,
+    fuse_cpu_us: f64,
+    worker_cpu_us: f64,
 }
 
-fn measure(server: &Server, ops: usize, mut op: impl FnMut(usize)) -> Phase {
+/// The processes of a row besides this one: its FUSE server and its worker.
+#[derive(Clone, Copy)]
+struct Sides<'a> {
+    fuse: Option<&'a Server>,
+    worker: Option<&'a Server>,
+}
+
+fn measure(sides: Sides<'_>, ops: usize, mut op: impl FnMut(usize)) -> Phase {
     // Warm up, then measure.
     for i in 0..ops / 20 {
         op(i);
     }
-    let (requests, server_cpu) = (server.requests(), server.cpu());
-    let client_cpu = thread_cpu();
+    let cpu = |server: Option<&Server>| server.map_or(Duration::ZERO, Server::cpu);
+    let counts = || sides.fuse.map(Server::counts).unwrap_or_default();
+    let before = counts();
+    let (fuse_cpu, worker_cpu) = (cpu(sides.fuse), cpu(sides.worker));
+    let client_cpu = process_cpu();
     let mut latencies = Vec::with_capacity(ops);
     let started = Instant::now();
     for i in 0..ops {
@@ -284,42 +578,150 @@ fn measure(server: &Server, ops: usize, mut op: impl FnMut(usize)) -> Phase {
         latencies.push(t.elapsed());
     }
     let elapsed = started.elapsed();
-    let client_cpu = thread_cpu() - client_cpu;
-    let server_cpu = server.cpu() - server_cpu;
-    let requests = server.requests() - requests;
+    let client_cpu = process_cpu() - client_cpu;
+    let (fuse_cpu, worker_cpu) = (cpu(sides.fuse) - fuse_cpu, cpu(sides.worker) - worker_cpu);
+    let after = counts();
     latencies.sort_unstable();
     let at = |q: f64| latencies[((ops as f64 * q) as usize).min(ops - 1)].as_secs_f64() * 1e6;
     let per_op = |d: Duration| d.as_secs_f64() * 1e6 / ops as f64;
+    let per_op_count = |after: u64, before: u64| (after - before) as f64 / ops as f64;
     Phase {
         p50_us: at(0.5),
         p99_us: at(0.99),
         ops_per_s: ops as f64 / elapsed.as_secs_f64(),
-        requests_per_op: requests as f64 / ops as f64,
+        requests_per_op: per_op_count(after.requests, before.requests),
+        calls_per_op: std::array::from_fn(|k| per_op_count(after.calls[k], before.calls[k])),
         client_cpu_us: per_op(client_cpu),
-        server_cpu_us: per_op(server_cpu),
+        fuse_cpu_us: per_op(fuse_cpu),
+        worker_cpu_us: per_op(worker_cpu),
     }
 }
 
-/// An `lstat` of `d/fN` and a 4 KiB `pread` of `d/f0` through `server`, `ops` each.
-fn round(server: &Server, ops: usize) -> [Phase; 2] {
-    let names: Vec<PathBuf> = (0..FILES)
-        .map(|n| server.mount.join(format!("d/f{n}")))
-        .collect();
-    let stat = measure(server, ops, |i| {
+/// The phases of a FUSE row: an `lstat` of `d/fN` and a 4 KiB `pread` of `d/f0`.
+const FUSE_PHASES: [&str; 2] = ["lstat d/fN", "4 KiB pread"];
+
+fn fuse_round(mount: &Path, sides: Sides<'_>, ops: usize) -> Vec<Phase> {
+    let names: Vec<PathBuf> = (0..FILES).map(|n| mount.join(format!("d/f{n}"))).collect();
+    let stat = measure(sides, ops, |i| {
         let meta = fs::symlink_metadata(&names[i % names.len()]).unwrap();
         assert_eq!(meta.len(), FILE_SIZE as u64);
     });
     let file = File::open(&names[0]).unwrap();
     let mut buf = vec![0u8; FILE_SIZE];
-    let read = measure(server, ops, |_| {
+    let read = measure(sides, ops, |_| {
         assert_eq!(file.read_at(&mut buf, 0).unwrap(), FILE_SIZE);
     });
-    [stat, read]
+    vec![stat, read]
 }
 
+/// The phases of a worker-call row.
+const CALL_PHASES: [&str; 3] = ["lookup fN", "getattr fN", "read 4 KiB"];
+
+/// A client of the worker, through the very path fusefs calls ([`FileService`]).
+struct Caller<'a> {
+    runtime: &'a tokio::runtime::Runtime,
+    client: Client<HttpsTransport>,
+    next_id: u128,
+}
+
+impl Caller<'_> {
+    fn call(&mut self, op: Op) -> Result<ReplyResult, lease_client::Error> {
+        self.next_id += 1;
+        let id = RequestId(self.next_id.to_le_bytes());
+        self.runtime
+            .block_on(FileService::call(&self.client, Some(id), None, op))
+    }
+
+    fn entry(&mut self, parent: v1::FileId, name: &str) -> v1::FileId {
+        let op = Op::Lookup(v1::LookupRequest {
+            parent: Some(parent),
+            name: name.as_bytes().to_vec(),
+        });
+        match self.call(op) {
+            Ok(ReplyResult::Lookup(v1::Entry {
+                file: Some(file), ..
+            })) => file,
+            other => panic!("lookup {name}: {other:?}"),
+        }
+    }
+}
+
+fn call_round(caller: &mut Caller<'_>, sides: Sides<'_>, ops: usize) -> Vec<Phase> {
+    let root = v1::FileId {
+        ino: ROOT_INO,
+        inode_generation: ROOT_INODE_GENERATION,
+    };
+    let dir = caller.entry(root, "d");
+    let names: Vec<Vec<u8>> = (0..FILES).map(|n| format!("f{n}").into_bytes()).collect();
+    let files: Vec<v1::FileId> = (0..FILES)
+        .map(|n| caller.entry(dir, &format!("f{n}")))
+        .collect();
+    let lookup = measure(sides, ops, |i| {
+        let op = Op::Lookup(v1::LookupRequest {
+            parent: Some(dir),
+            name: names[i % names.len()].clone(),
+        });
+        assert!(matches!(caller.call(op), Ok(ReplyResult::Lookup(_))));
+    });
+    let getattr = measure(sides, ops, |i| {
+        let op = Op::Getattr(v1::GetattrRequest {
+            file: Some(files[i % files.len()]),
+            handle: None,
+        });
+        assert!(matches!(caller.call(op), Ok(ReplyResult::Getattr(_))));
+    });
+    let handle = match caller.call(Op::Open(v1::OpenRequest {
+        file: Some(files[0]),
+        flags: libc::O_RDONLY as u32,
+    })) {
+        Ok(ReplyResult::Open(open)) => open.handle,
+        other => panic!("open f0: {other:?}"),
+    };
+    let read = measure(sides, ops, |_| {
+        let op = Op::Read(v1::ReadRequest {
+            file: Some(files[0]),
+            handle,
+            offset: 0,
+            size: FILE_SIZE as u32,
+        });
+        match caller.call(op) {
+            Ok(ReplyResult::Read(read)) => assert_eq!(read.data.len(), FILE_SIZE),
+            other => panic!("read f0: {other:?}"),
+        }
+    });
+    let _ = caller.call(Op::Release(v1::ReleaseRequest {
+        file: Some(files[0]),
+        handle,
+        ..v1::ReleaseRequest::default()
+    }));
+    vec![lookup, getattr, read]
+}
+
+/// Row 3's phase: a call to a volume the worker does not serve.
+fn refused_round(caller: &mut Caller<'_>, sides: Sides<'_>, ops: usize) -> Vec<Phase> {
+    let phase = measure(sides, ops, |_| {
+        let op = Op::Getattr(v1::GetattrRequest {
+            file: Some(v1::FileId {
+                ino: ROOT_INO,
+                inode_generation: ROOT_INODE_GENERATION,
+            }),
+            handle: None,
+        });
+        match caller.call(op) {
+            Err(lease_client::Error::Refused {
+                refusal: Refusal::UnknownVolume,
+                ..
+            }) => {}
+            other => panic!("a call to no volume: {other:?}"),
+        }
+    });
+    vec![phase]
+}
+
+/// The median; NaN for no values (a row not run).
 fn median(mut values: Vec<f64>) -> f64 {
     values.sort_by(f64::total_cmp);
-    values[values.len() / 2]
+    values.get(values.len() / 2).copied().unwrap_or(f64::NAN)
 }
 
 /// Builds `ll_floor.c` into `dir`; the binary.
@@ -347,13 +749,71 @@ fn build_floor(dir: &Path) -> PathBuf {
     binary
 }
 
+/// The rows of the table, in the order they run in each round.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Row {
+    Libfuse,
+    FuseLayer,
+    Echo,
+    Refused,
+    CallsStandIn,
+    CallsReference,
+    NodeStandIn,
+    NodeReference,
+}
+
+impl Row {
+    const ALL: [Row; 8] = [
+        Row::Libfuse,
+        Row::FuseLayer,
+        Row::Echo,
+        Row::Refused,
+        Row::CallsStandIn,
+        Row::CallsReference,
+        Row::NodeStandIn,
+        Row::NodeReference,
+    ];
+
+    fn name(self) -> &'static str {
+        match self {
+            Row::Libfuse => "(1) libfuse low-level, from memory",
+            Row::FuseLayer => "(2) fusefs FUSE layer alone (session + Fs, memory worker)",
+            Row::Echo => "(3a) loopback TCP, 64 B each way, blocking, two processes",
+            Row::Refused => "(3b) lease-client → worker, empty handler (no such volume)",
+            Row::CallsStandIn => "(4a) lease-client → worker, stand-in from memory",
+            Row::CallsReference => "(4b) lease-client → reference worker",
+            Row::NodeStandIn => "(5) fusefs → lease-client → worker, stand-in from memory",
+            Row::NodeReference => "(6) fusefs → lease-client → reference worker",
+        }
+    }
+
+    fn number(self) -> &'static str {
+        let name = self.name();
+        &name[1..name.find(')').unwrap_or(1)]
+    }
+
+    fn phases(self) -> &'static [&'static str] {
+        match self {
+            Row::Libfuse | Row::FuseLayer | Row::NodeStandIn | Row::NodeReference => &FUSE_PHASES,
+            Row::Echo => &["round trip"],
+            Row::Refused => &["call refused"],
+            Row::CallsStandIn | Row::CallsReference => &CALL_PHASES,
+        }
+    }
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
-    if let [_, mode, mount, counter, ..] = &args[..]
-        && mode == SERVE_FUSEFS
-    {
-        serve_fusefs(Path::new(mount), Path::new(counter));
-        return;
+    match &args[1..] {
+        [mode, mount] if mode == SERVE_FUSEFS => return serve_fusefs(Path::new(mount), None),
+        [mode, mount, worker] if mode == SERVE_FUSEFS => {
+            return serve_fusefs(Path::new(mount), Some(Path::new(worker)));
+        }
+        [mode, dir, kind] if mode == SERVE_WORKER => {
+            return serve_worker(Path::new(dir), kind == "stand-in");
+        }
+        [mode, dir] if mode == SERVE_ECHO => return serve_echo(Path::new(dir)),
+        _ => {}
     }
     if !Path::new("/dev/fuse").exists() {
         println!("SKIPPED (needs /dev/fuse): fusefs floor benchmark");
@@ -376,43 +836,204 @@ fn main() {
         .output()
         .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
         .unwrap_or_default();
-    let mut fusefs = Command::new(std::env::current_exe().unwrap());
-    fusefs.arg(SERVE_FUSEFS);
-    let servers = [
-        Server::start(
-            "(1) libfuse low-level, from memory",
-            Command::new(&floor),
-            work.path().join("libfuse"),
-            work.path().join("libfuse.count"),
-        ),
-        Server::start(
-            "(2) fusefs FUSE layer alone (session + Fs, memory worker)",
-            fusefs,
-            work.path().join("fusefs"),
-            work.path().join("fusefs.count"),
-        ),
-    ];
-    let mut results: Vec<Vec<[Phase; 2]>> = vec![Vec::new(); servers.len()];
+    let this = std::env::current_exe().unwrap();
+    let mount_point = |name: &str| {
+        let mount = work.path().join(name);
+        fs::create_dir_all(&mount).unwrap();
+        mount
+    };
+    let mounted = |mount: &Path| {
+        let last = mount.join(format!("d/f{}", FILES - 1));
+        move || fs::symlink_metadata(&last).is_ok()
+    };
+    let start_worker = |name: &'static str, kind: &str| {
+        let dir = work.path().join(kind);
+        fs::create_dir_all(&dir).unwrap();
+        let mut command = Command::new(&this);
+        command.arg(SERVE_WORKER).arg(&dir).arg(kind);
+        let endpoint = dir.join("endpoint");
+        (
+            Server::start(name, command, None, move || endpoint.exists()),
+            dir,
+        )
+    };
+    let start_fusefs = |name: &'static str, mount: &Path, worker: Option<&Path>| {
+        let mut command = Command::new(&this);
+        command.arg(SERVE_FUSEFS).arg(mount).args(worker);
+        Server::start(name, command, None, mounted(mount))
+    };
+
+    let cpus = std::thread::available_parallelism().map_or(1, usize::from);
+    let split = std::env::var("BENCH_PIN").is_ok_and(|p| p == "split") && cpus > 1;
+    if split {
+        pin(1..cpus);
+    }
+    let libfuse_mount = mount_point("libfuse");
+    let mut libfuse_command = Command::new(&floor);
+    libfuse_command.arg(&libfuse_mount);
+    let libfuse = Server::start(
+        "libfuse",
+        libfuse_command,
+        Some(work.path().join("libfuse.count")),
+        mounted(&libfuse_mount),
+    );
+    let alone_mount = mount_point("alone");
+    let alone = start_fusefs("fusefs alone", &alone_mount, None);
+    let (stand_in, stand_in_dir) = start_worker("stand-in worker", "stand-in");
+    let (reference, reference_dir) = start_worker("reference worker", "reference");
+    let echo_dir = work.path().join("echo");
+    fs::create_dir_all(&echo_dir).unwrap();
+    let echo_endpoint = echo_dir.join("endpoint");
+    let mut echo_command = Command::new(&this);
+    echo_command.arg(SERVE_ECHO).arg(&echo_dir);
+    let echo = Server::start("echo", echo_command, None, || echo_endpoint.exists());
+    let node_stand_in_mount = mount_point("node-stand-in");
+    let node_stand_in = start_fusefs(
+        "fusefs over the stand-in",
+        &node_stand_in_mount,
+        Some(&stand_in_dir),
+    );
+    let node_reference_mount = mount_point("node-reference");
+    let node_reference = start_fusefs(
+        "fusefs over the reference worker",
+        &node_reference_mount,
+        Some(&reference_dir),
+    );
+
+    if split {
+        pin([0]);
+    }
+    let client_runtime = runtime(2);
+    let caller = |dir: &Path, volume: &str| {
+        let _in = client_runtime.enter();
+        Caller {
+            runtime: &client_runtime,
+            client: WorkerFiles::read(dir).client(volume),
+            next_id: u128::from(std::process::id()) << 64,
+        }
+    };
+    let mut echo_stream =
+        std::net::TcpStream::connect(fs::read_to_string(&echo_endpoint).unwrap()).unwrap();
+    echo_stream.set_nodelay(true).unwrap();
+    let mut to_no_volume = caller(&stand_in_dir, "no-such-volume");
+    let mut to_stand_in = caller(&stand_in_dir, VOLUME);
+    let mut to_reference = caller(&reference_dir, VOLUME);
+
+    let chosen = std::env::var("BENCH_ROWS").unwrap_or_default();
+    let chosen: Vec<&str> = chosen.split(',').filter(|n| !n.is_empty()).collect();
+    let mut results: Vec<Vec<Vec<Phase>>> = vec![Vec::new(); Row::ALL.len()];
     for r in 0..rounds {
-        for (at, server) in servers.iter().enumerate() {
-            let phases = round(server, ops);
-            eprintln!("round {} {}: {phases:.1?}", r + 1, server.name);
+        for (at, row) in Row::ALL.into_iter().enumerate() {
+            if !chosen.is_empty() && !chosen.contains(&row.number()) {
+                continue;
+            }
+            let phases = match row {
+                Row::Libfuse => fuse_round(
+                    &libfuse_mount,
+                    Sides {
+                        fuse: Some(&libfuse),
+                        worker: None,
+                    },
+                    ops,
+                ),
+                Row::FuseLayer => fuse_round(
+                    &alone_mount,
+                    Sides {
+                        fuse: Some(&alone),
+                        worker: None,
+                    },
+                    ops,
+                ),
+                Row::Echo => echo_round(
+                    &mut echo_stream,
+                    Sides {
+                        fuse: None,
+                        worker: Some(&echo),
+                    },
+                    ops,
+                ),
+                Row::Refused => refused_round(
+                    &mut to_no_volume,
+                    Sides {
+                        fuse: None,
+                        worker: Some(&stand_in),
+                    },
+                    ops,
+                ),
+                Row::CallsStandIn => call_round(
+                    &mut to_stand_in,
+                    Sides {
+                        fuse: None,
+                        worker: Some(&stand_in),
+                    },
+                    ops,
+                ),
+                Row::CallsReference => call_round(
+                    &mut to_reference,
+                    Sides {
+                        fuse: None,
+                        worker: Some(&reference),
+                    },
+                    ops,
+                ),
+                Row::NodeStandIn => fuse_round(
+                    &node_stand_in_mount,
+                    Sides {
+                        fuse: Some(&node_stand_in),
+                        worker: Some(&stand_in),
+                    },
+                    ops,
+                ),
+                Row::NodeReference => fuse_round(
+                    &node_reference_mount,
+                    Sides {
+                        fuse: Some(&node_reference),
+                        worker: Some(&reference),
+                    },
+                    ops,
+                ),
+            };
+            eprintln!("round {} {}: {phases:.1?}", r + 1, row.name());
             results[at].push(phases);
         }
     }
-    let names: Vec<&str> = servers.iter().map(|s| s.name).collect();
-    for server in servers {
+    drop((to_no_volume, to_stand_in, to_reference, echo_stream));
+    for server in [
+        echo,
+        node_reference,
+        node_stand_in,
+        alone,
+        libfuse,
+        reference,
+        stand_in,
+    ] {
         server.stop();
     }
-    report(&names, &results, ops, &libfuse_version);
+    let placement = if split {
+        format!("client on CPU 0, servers on CPUs 1-{}", cpus - 1)
+    } else {
+        "unpinned".to_owned()
+    };
+    report(&results, ops, &libfuse_version, &placement);
 }
 
-fn report(names: &[&str], results: &[Vec<[Phase; 2]>], ops: usize, libfuse: &str) {
+/// The median over the rounds of one figure of one phase of one row.
+fn figure(
+    results: &[Vec<Vec<Phase>>],
+    row: Row,
+    phase: usize,
+    pick: impl Fn(&Phase) -> f64,
+) -> f64 {
+    let at = Row::ALL.iter().position(|&r| r == row).unwrap();
+    median(results[at].iter().map(|r| pick(&r[phase])).collect())
+}
+
+fn report(results: &[Vec<Vec<Phase>>], ops: usize, libfuse: &str, placement: &str) {
     let load = fs::read_to_string("/proc/loadavg").unwrap_or_default();
     let kernel = fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
     println!();
     println!(
-        "Linux {}, libfuse {libfuse}, {ops} operations per phase, medians of {} rounds, load {}",
+        "Linux {}, libfuse {libfuse}, {ops} operations per phase, medians of {} rounds, {placement}, load {}",
         kernel.trim(),
         results[0].len(),
         load.split_whitespace()
@@ -422,30 +1043,102 @@ fn report(names: &[&str], results: &[Vec<[Phase; 2]>], ops: usize, libfuse: &str
     );
     println!();
     println!(
-        "| operation | server | p50 (µs) | p99 (µs) | ops/s | FUSE requests/op | client CPU/op (µs) | server CPU/op (µs) |"
+        "| operation | path | p50 (µs) | p99 (µs) | ops/s | FUSE requests/op | worker calls/op | client CPU/op (µs) | FUSE server CPU/op (µs) | worker CPU/op (µs) |"
     );
-    println!("|---|---|---:|---:|---:|---:|---:|---:|");
-    for (phase, operation) in ["lstat d/fN", "4 KiB pread"].iter().enumerate() {
-        for (name, rounds) in names.iter().zip(results) {
-            let of =
-                |pick: fn(&Phase) -> f64| median(rounds.iter().map(|r| pick(&r[phase])).collect());
+    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+    let ran = |row: Row| !results[Row::ALL.iter().position(|&r| r == row).unwrap()].is_empty();
+    for row in Row::ALL.into_iter().filter(|&row| ran(row)) {
+        for (phase, operation) in row.phases().iter().enumerate() {
+            let of = |pick: fn(&Phase) -> f64| figure(results, row, phase, pick);
+            let calls = match row {
+                Row::NodeStandIn | Row::NodeReference => {
+                    format!("{:.2}", of(|p| p.calls_per_op.iter().sum()))
+                }
+                Row::Libfuse | Row::FuseLayer => "–".to_owned(),
+                Row::Echo => "0".to_owned(),
+                _ => "1".to_owned(),
+            };
+            let fuse = match row {
+                Row::Echo | Row::Refused | Row::CallsStandIn | Row::CallsReference => {
+                    "–".to_owned()
+                }
+                _ => format!("{:.2}", of(|p| p.requests_per_op)),
+            };
+            let cpu = |value: f64, present: bool| {
+                if present {
+                    format!("{value:.1}")
+                } else {
+                    "–".to_owned()
+                }
+            };
+            let has_fuse = !matches!(
+                row,
+                Row::Echo | Row::Refused | Row::CallsStandIn | Row::CallsReference
+            );
+            let has_worker = !matches!(row, Row::Libfuse | Row::FuseLayer);
             println!(
-                "| {operation} | {name} | {:.1} | {:.1} | {:.0} | {:.2} | {:.1} | {:.1} |",
+                "| {operation} | {} | {:.1} | {:.1} | {:.0} | {fuse} | {calls} | {:.1} | {} | {} |",
+                row.name(),
                 of(|p| p.p50_us),
                 of(|p| p.p99_us),
                 of(|p| p.ops_per_s),
-                of(|p| p.requests_per_op),
                 of(|p| p.client_cpu_us),
-                of(|p| p.server_cpu_us),
+                cpu(of(|p| p.fuse_cpu_us), has_fuse),
+                cpu(of(|p| p.worker_cpu_us), has_worker),
             );
         }
     }
     println!();
-    for (phase, operation) in ["lstat d/fN", "4 KiB pread"].iter().enumerate() {
-        let p50 = |at: usize| median(results[at].iter().map(|r| r[phase].p50_us).collect());
+    let p50 = |row: Row, phase: usize| figure(results, row, phase, |p| p.p50_us);
+    // Each figure below needs the rows it names; a line with a row not run is left out.
+    for (phase, operation) in FUSE_PHASES
+        .iter()
+        .enumerate()
+        .filter(|_| ran(Row::Libfuse) && ran(Row::FuseLayer))
+    {
         println!(
             "{operation}: fusefs's FUSE layer at {:.2}x the libfuse floor (p50; target ≤ 1.5x)",
-            p50(1) / p50(0)
+            p50(Row::FuseLayer, phase) / p50(Row::Libfuse, phase)
         );
+    }
+    for (phase, name) in CALL_PHASES
+        .iter()
+        .enumerate()
+        .filter(|_| ran(Row::CallsStandIn) && ran(Row::CallsReference))
+    {
+        println!(
+            "{name}: the reference worker's service time {:.1} µs (4b - 4a, p50), the transport's round trip {:.1} µs (4a)",
+            p50(Row::CallsReference, phase) - p50(Row::CallsStandIn, phase),
+            p50(Row::CallsStandIn, phase),
+        );
+    }
+    // The sum of the parts: the FUSE layer alone, and each worker call the full path made at
+    // the round trip of its kind (calls of other kinds at a getattr's).
+    for (node, calls) in [
+        (Row::NodeStandIn, Row::CallsStandIn),
+        (Row::NodeReference, Row::CallsReference),
+    ] {
+        if !(ran(node) && ran(calls) && ran(Row::FuseLayer)) {
+            continue;
+        }
+        for (phase, operation) in FUSE_PHASES.iter().enumerate() {
+            let calls_of =
+                |kind: usize| figure(results, node, phase, move |p| p.calls_per_op[kind]);
+            let round_trip = [p50(calls, 0), p50(calls, 1), p50(calls, 2), p50(calls, 1)];
+            let worker: f64 = (0..4).map(|kind| calls_of(kind) * round_trip[kind]).sum();
+            let fuse = p50(Row::FuseLayer, phase);
+            let full = p50(node, phase);
+            let counted = (0..4)
+                .filter(|&kind| calls_of(kind) > 0.0)
+                .map(|kind| format!("{:.2} {}", calls_of(kind), CALL_KINDS[kind]))
+                .collect::<Vec<_>>()
+                .join(" + ");
+            println!(
+                "{operation} through {}: {full:.1} µs against its parts {:.1} µs (FUSE layer {fuse:.1} + {counted} calls {worker:.1}): {:+.0}% (target within 10%)",
+                node.name(),
+                fuse + worker,
+                (full / (fuse + worker) - 1.0) * 100.0,
+            );
+        }
     }
 }

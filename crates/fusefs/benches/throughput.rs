@@ -24,10 +24,15 @@
 //! (fusefs's `call_data_bytes` in KiB; its default), `TMPDIR` (where the
 //! worker's state, the sshfs export and the mount points go), `BENCH_CURVE` (the directory
 //! sizes of the curve, `1000,10000,100000`; empty for none), `BENCH_TREE_FILES` (the files of
-//! the tree walked, 100000; 0 for none), `BENCH_ONLY=curve` (the curves alone).
+//! the tree walked, 100000; 0 for none), `BENCH_THREADS` (the thread counts of the parallel
+//! run, `1,2,4,8`; empty for none), `BENCH_PARALLEL_FILES` (files per thread, 500),
+//! `BENCH_PARALLEL_READS` (random reads per thread, 500), `BENCH_ONLY=curve` or
+//! `BENCH_ONLY=parallel` (that part alone).
 //!
-//! After the rounds, the curves (`throughput/curve.rs`): how create, listing and `lstat`
-//! rates scale with a directory's size, and a walk of a tree, per target.
+//! After the rounds, parallel clients (`throughput/parallel.rs`): 1 to 8 threads, each in a
+//! directory of its own, and cold random reads over 8 files, per target, over the same number
+//! of rounds; then the curves (`throughput/curve.rs`): how create, listing and `lstat` rates
+//! scale with a directory's size, and a walk of a tree, per target.
 
 #![allow(
     clippy::unwrap_used,
@@ -61,6 +66,8 @@ use worker::{AccessMode, Timings};
 
 #[path = "throughput/curve.rs"]
 mod curve;
+#[path = "throughput/parallel.rs"]
+mod parallel;
 
 const VOLUME: &str = "v1.fusefs-bench";
 const MIB: usize = 1 << 20;
@@ -87,7 +94,11 @@ struct Settings {
     call_kib: usize,
     curve: Vec<usize>,
     tree_files: usize,
-    only_curve: bool,
+    threads: Vec<usize>,
+    parallel_files: usize,
+    parallel_reads: usize,
+    /// `BENCH_ONLY`: `curve` or `parallel`, that part alone.
+    only: Option<String>,
 }
 
 impl Settings {
@@ -103,7 +114,12 @@ impl Settings {
                 &std::env::var("BENCH_CURVE").unwrap_or_else(|_| "1000,10000,100000".into()),
             ),
             tree_files: env_or("BENCH_TREE_FILES", 100_000),
-            only_curve: std::env::var("BENCH_ONLY").is_ok_and(|v| v == "curve"),
+            threads: parallel::counts(
+                &std::env::var("BENCH_THREADS").unwrap_or_else(|_| "1,2,4,8".into()),
+            ),
+            parallel_files: env_or("BENCH_PARALLEL_FILES", 500),
+            parallel_reads: env_or("BENCH_PARALLEL_READS", 500),
+            only: std::env::var("BENCH_ONLY").ok().filter(|v| !v.is_empty()),
         }
     }
 }
@@ -1171,7 +1187,8 @@ fn main() {
     let mut cold = true;
     let mut results: [Vec<Figures>; 3] = Default::default();
     let mut phases = Vec::new();
-    let rounds = if settings.only_curve {
+    let part = |name: &str| settings.only.as_deref().is_none_or(|only| only == name);
+    let rounds = if settings.only.is_some() {
         0
     } else {
         settings.rounds
@@ -1198,7 +1215,16 @@ fn main() {
         eprintln!("round {} the FUSE layer alone: {figures:.2?}", round + 1);
         instant_rounds.push(figures);
     }
-    let curves = curves(&settings, &dirs, &replicated.backing, &sshfs.export());
+    let parallel = if part("parallel") {
+        parallel(&settings, &dirs)
+    } else {
+        Vec::new()
+    };
+    let curves = if part("curve") {
+        curves(&settings, &dirs, &replicated.backing, &sshfs.export())
+    } else {
+        Vec::new()
+    };
     loads.push(loadavg());
     sshfs.stop();
     runtime
@@ -1210,10 +1236,58 @@ fn main() {
         breakdown(settings.rounds, &phases);
         instant_report(&results, &instant_rounds);
     }
-    if !settings.curve.is_empty() || settings.tree_files > 0 {
-        println!("\nloads: {}", loads.join(" → "));
+    println!("\nloads: {}", loads.join(" → "));
+    if !parallel.is_empty() {
+        parallel::report(&TARGETS, &parallel, &settings.threads);
+    }
+    if !curves.is_empty() && (!settings.curve.is_empty() || settings.tree_files > 0) {
         curve::report(&TARGETS, &curves, settings.tree_files);
     }
+}
+
+/// The parallel runs of every target (`throughput/parallel.rs`), interleaved a, b, c for each
+/// thread count, over the rounds: `[round][target][thread count]`.
+fn parallel(settings: &Settings, dirs: &[PathBuf; 3]) -> Vec<Vec<Vec<parallel::Rates>>> {
+    if settings.threads.is_empty() {
+        return Vec::new();
+    }
+    let read_files: Vec<Vec<PathBuf>> = dirs
+        .iter()
+        .enumerate()
+        .map(|(target, dir)| parallel::prepare(dir, target))
+        .collect();
+    let mut rounds = Vec::new();
+    for round in 0..settings.rounds {
+        let mut targets = vec![Vec::new(); dirs.len()];
+        for &threads in &settings.threads {
+            for (target, dir) in dirs.iter().enumerate() {
+                let rates = parallel::run(
+                    dir,
+                    threads,
+                    settings.parallel_files,
+                    settings.parallel_reads,
+                    &read_files[target],
+                );
+                eprintln!(
+                    "round {} parallel {}: {rates:.0?} (load {})",
+                    round + 1,
+                    TARGETS[target],
+                    loadavg()
+                );
+                targets[target].push(rates);
+            }
+        }
+        rounds.push(targets);
+    }
+    for files in &read_files {
+        for file in files {
+            fs::remove_file(file).unwrap();
+        }
+        if let Some(dir) = files.first().and_then(|f| f.parent()) {
+            fs::remove_dir(dir).unwrap();
+        }
+    }
+    rounds
 }
 
 /// The curves of every target (`throughput/curve.rs`): the directory grown through each,
