@@ -74,6 +74,9 @@ use lease_client::{Budgets, Client, HttpsTransport, Refusal, v1};
 use worker::AccessMode;
 use worker::testing::Pki;
 
+#[path = "common/memory.rs"]
+mod memory;
+
 /// The files in `d`, as in `ll_floor.c`.
 const FILES: u64 = 1000;
 const DIR_INO: u64 = 2;
@@ -108,27 +111,7 @@ fn memory_entry(ino: u64) -> Option<v1::Entry> {
     if !directory && !(FIRST_FILE..FIRST_FILE + FILES).contains(&ino) {
         return None;
     }
-    Some(v1::Entry {
-        file: Some(v1::FileId {
-            ino,
-            inode_generation: if ino == ROOT_INO {
-                ROOT_INODE_GENERATION
-            } else {
-                1
-            },
-        }),
-        attr: Some(v1::Attr {
-            mode: if directory {
-                libc::S_IFDIR | 0o755
-            } else {
-                libc::S_IFREG | 0o644
-            },
-            nlink: if directory { 2 } else { 1 },
-            size: if directory { 0 } else { FILE_SIZE as u64 },
-            blksize: 4096,
-            ..v1::Attr::default()
-        }),
-    })
+    Some(memory::entry(ino, directory, FILE_SIZE as u64))
 }
 
 /// What a worker answering from memory answers: `None` for `ENOENT`.

@@ -57,7 +57,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use fusefs::testing::WorkerVolume;
 use fusefs::{FileService, Fs, FsConfig, Mounted};
-use lease_client::protocol::{ROOT_INO, ROOT_INODE_GENERATION, RequestId};
+use lease_client::protocol::{ROOT_INO, RequestId};
 use lease_client::v1;
 use lease_client::v1::reply::Result as ReplyResult;
 use lease_client::v1::request::Op;
@@ -66,6 +66,8 @@ use worker::{AccessMode, Timings};
 
 #[path = "throughput/curve.rs"]
 mod curve;
+#[path = "common/memory.rs"]
+mod memory;
 #[path = "throughput/parallel.rs"]
 mod parallel;
 
@@ -508,27 +510,7 @@ impl InstantWorker {
             _ if directory => 0,
             _ => SMALL_FILE.len() as u64,
         };
-        v1::Entry {
-            file: Some(v1::FileId {
-                ino,
-                inode_generation: if ino == ROOT_INO {
-                    ROOT_INODE_GENERATION
-                } else {
-                    1
-                },
-            }),
-            attr: Some(v1::Attr {
-                mode: if directory {
-                    libc::S_IFDIR | 0o755
-                } else {
-                    libc::S_IFREG | 0o644
-                },
-                nlink: if directory { 2 } else { 1 },
-                size,
-                blksize: 4096,
-                ..v1::Attr::default()
-            }),
-        }
+        memory::entry(ino, directory, size)
     }
 
     fn write(&self, r: &v1::WriteRequest) -> v1::WriteReply {

@@ -9,18 +9,50 @@ use worker::AccessMode;
 
 use crate::support::{Mount, Volume, Watchdog, errno_of, runtime};
 
+/// Two mounts of one RWX volume, as two nodes would have them, in the test's own mount
+/// namespace.
+///
+/// Fields drop in order: the mounts, then the volume, its runtime and the watchdog last.
+struct TwoMounts {
+    a: Mount,
+    b: Mount,
+    _volume: Volume,
+    rt: tokio::runtime::Runtime,
+    _watchdog: Watchdog,
+}
+
+impl TwoMounts {
+    /// `None` when the test cannot mount here (it says why and passes).
+    fn new(test: &'static str) -> Option<TwoMounts> {
+        if !test_support::private_mount_namespace_with_fuse(test) {
+            return None;
+        }
+        let watchdog = Watchdog::arm(test, Duration::from_secs(60));
+        let rt = runtime();
+        let volume = rt.block_on(Volume::start(AccessMode::Rwx));
+        let a = rt.block_on(Mount::new(&volume, &volume.mount_point("a"), "node-a"));
+        let b = rt.block_on(Mount::new(&volume, &volume.mount_point("b"), "node-b"));
+        Some(TwoMounts {
+            a,
+            b,
+            _volume: volume,
+            rt,
+            _watchdog: watchdog,
+        })
+    }
+
+    fn unmount(self) {
+        self.rt.block_on(self.a.unmount());
+        self.rt.block_on(self.b.unmount());
+    }
+}
+
 #[test]
 fn two_mounts_see_each_others_changes_at_once() {
-    let test = "two_mounts_see_each_others_changes_at_once";
-    if !test_support::private_mount_namespace_with_fuse(test) {
+    let Some(two) = TwoMounts::new("two_mounts_see_each_others_changes_at_once") else {
         return;
-    }
-    let _watchdog = Watchdog::arm(test, Duration::from_secs(60));
-    let rt = runtime();
-    let volume = rt.block_on(Volume::start(AccessMode::Rwx));
-    let mount_a = rt.block_on(Mount::new(&volume, &volume.mount_point("a"), "node-a"));
-    let mount_b = rt.block_on(Mount::new(&volume, &volume.mount_point("b"), "node-b"));
-    let (a, b) = (mount_a.path().to_owned(), mount_b.path().to_owned());
+    };
+    let (a, b) = (two.a.path().to_owned(), two.b.path().to_owned());
 
     // A write through A is read through B at once, by an open B had before the write too.
     let writer = fs::File::create(a.join("f")).unwrap();
@@ -101,8 +133,7 @@ fn two_mounts_see_each_others_changes_at_once() {
     rustix::fs::flock(&lock_b, FlockOperation::NonBlockingLockExclusive).unwrap();
     drop((lock_a, lock_b));
 
-    rt.block_on(mount_a.unmount());
-    rt.block_on(mount_b.unmount());
+    two.unmount();
 }
 
 /// The visibility promise every performance lever must keep (issue 15): a mode set through
@@ -110,16 +141,10 @@ fn two_mounts_see_each_others_changes_at_once() {
 /// once, every time; no attribute is answered from a cache, whatever asked for it before.
 #[test]
 fn an_fstat_sees_a_mode_set_through_another_mount_at_once() {
-    let test = "an_fstat_sees_a_mode_set_through_another_mount_at_once";
-    if !test_support::private_mount_namespace_with_fuse(test) {
+    let Some(two) = TwoMounts::new("an_fstat_sees_a_mode_set_through_another_mount_at_once") else {
         return;
-    }
-    let _watchdog = Watchdog::arm(test, Duration::from_secs(60));
-    let rt = runtime();
-    let volume = rt.block_on(Volume::start(AccessMode::Rwx));
-    let mount_a = rt.block_on(Mount::new(&volume, &volume.mount_point("a"), "node-a"));
-    let mount_b = rt.block_on(Mount::new(&volume, &volume.mount_point("b"), "node-b"));
-    let (a, b) = (mount_a.path().to_owned(), mount_b.path().to_owned());
+    };
+    let (a, b) = (two.a.path().to_owned(), two.b.path().to_owned());
 
     fs::write(a.join("f"), b"data").unwrap();
     let held = fs::File::open(a.join("f")).unwrap();
@@ -141,6 +166,5 @@ fn an_fstat_sees_a_mode_set_through_another_mount_at_once() {
         assert_eq!(fs::metadata(a.join("f")).unwrap().mode() & 0o7777, mode);
     }
     drop(held);
-    rt.block_on(mount_a.unmount());
-    rt.block_on(mount_b.unmount());
+    two.unmount();
 }
