@@ -74,8 +74,10 @@ use lease_client::{Budgets, Client, HttpsTransport, Refusal, v1};
 use worker::AccessMode;
 use worker::testing::Pki;
 
-#[path = "common/memory.rs"]
-mod memory;
+#[path = "common/mod.rs"]
+mod common;
+
+use common::{env_or, median, memory};
 
 /// The files in `d`, as in `ll_floor.c`.
 const FILES: u64 = 1000;
@@ -89,13 +91,6 @@ const SERVE_FUSEFS: &str = "--serve-fusefs";
 const SERVE_WORKER: &str = "--serve-worker";
 const SERVE_ECHO: &str = "--serve-echo";
 const ECHO_BYTES: usize = 64;
-
-fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
 
 fn runtime(threads: usize) -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
@@ -701,12 +696,6 @@ fn refused_round(caller: &mut Caller<'_>, sides: Sides<'_>, ops: usize) -> Vec<P
     vec![phase]
 }
 
-/// The median; NaN for no values (a row not run).
-fn median(mut values: Vec<f64>) -> f64 {
-    values.sort_by(f64::total_cmp);
-    values.get(values.len() / 2).copied().unwrap_or(f64::NAN)
-}
-
 /// Builds `ll_floor.c` into `dir`; the binary.
 fn build_floor(dir: &Path) -> PathBuf {
     let benches = Path::new(env!("CARGO_MANIFEST_DIR")).join("benches");
@@ -783,6 +772,24 @@ impl Row {
             Row::CallsStandIn | Row::CallsReference => &CALL_PHASES,
         }
     }
+
+    /// Whether the row goes through a FUSE server (else the client calls the network itself).
+    fn has_fuse(self) -> bool {
+        !matches!(
+            self,
+            Row::Echo | Row::Refused | Row::CallsStandIn | Row::CallsReference
+        )
+    }
+
+    /// Whether the row reaches a process over the network.
+    fn has_worker(self) -> bool {
+        !matches!(self, Row::Libfuse | Row::FuseLayer)
+    }
+
+    /// This row's rounds in `results` (which follows [`Row::ALL`]).
+    fn of(self, results: &[Vec<Vec<Phase>>]) -> &[Vec<Phase>] {
+        &results[self as usize]
+    }
 }
 
 fn main() {
@@ -798,13 +805,7 @@ fn main() {
         [mode, dir] if mode == SERVE_ECHO => return serve_echo(Path::new(dir)),
         _ => {}
     }
-    if !Path::new("/dev/fuse").exists() {
-        println!("SKIPPED (needs /dev/fuse): fusefs floor benchmark");
-        return;
-    }
-    // The namespace first: every child inherits it, so no mount of this run outlives it.
-    if let Err(why) = test_support::try_private_mount_namespace() {
-        println!("SKIPPED (needs root in a private mount namespace): fusefs floor: {why}");
+    if !common::private_namespace("fusefs floor benchmark") {
         return;
     }
     let rounds: usize = env_or("BENCH_ROUNDS", 3);
@@ -904,6 +905,7 @@ fn main() {
 
     let chosen = std::env::var("BENCH_ROWS").unwrap_or_default();
     let chosen: Vec<&str> = chosen.split(',').filter(|n| !n.is_empty()).collect();
+    let sides = |fuse, worker| Sides { fuse, worker };
     let mut results: Vec<Vec<Vec<Phase>>> = vec![Vec::new(); Row::ALL.len()];
     for r in 0..rounds {
         for (at, row) in Row::ALL.into_iter().enumerate() {
@@ -911,68 +913,24 @@ fn main() {
                 continue;
             }
             let phases = match row {
-                Row::Libfuse => fuse_round(
-                    &libfuse_mount,
-                    Sides {
-                        fuse: Some(&libfuse),
-                        worker: None,
-                    },
-                    ops,
-                ),
-                Row::FuseLayer => fuse_round(
-                    &alone_mount,
-                    Sides {
-                        fuse: Some(&alone),
-                        worker: None,
-                    },
-                    ops,
-                ),
-                Row::Echo => echo_round(
-                    &mut echo_stream,
-                    Sides {
-                        fuse: None,
-                        worker: Some(&echo),
-                    },
-                    ops,
-                ),
-                Row::Refused => refused_round(
-                    &mut to_no_volume,
-                    Sides {
-                        fuse: None,
-                        worker: Some(&stand_in),
-                    },
-                    ops,
-                ),
-                Row::CallsStandIn => call_round(
-                    &mut to_stand_in,
-                    Sides {
-                        fuse: None,
-                        worker: Some(&stand_in),
-                    },
-                    ops,
-                ),
-                Row::CallsReference => call_round(
-                    &mut to_reference,
-                    Sides {
-                        fuse: None,
-                        worker: Some(&reference),
-                    },
-                    ops,
-                ),
+                Row::Libfuse => fuse_round(&libfuse_mount, sides(Some(&libfuse), None), ops),
+                Row::FuseLayer => fuse_round(&alone_mount, sides(Some(&alone), None), ops),
+                Row::Echo => echo_round(&mut echo_stream, sides(None, Some(&echo)), ops),
+                Row::Refused => refused_round(&mut to_no_volume, sides(None, Some(&stand_in)), ops),
+                Row::CallsStandIn => {
+                    call_round(&mut to_stand_in, sides(None, Some(&stand_in)), ops)
+                }
+                Row::CallsReference => {
+                    call_round(&mut to_reference, sides(None, Some(&reference)), ops)
+                }
                 Row::NodeStandIn => fuse_round(
                     &node_stand_in_mount,
-                    Sides {
-                        fuse: Some(&node_stand_in),
-                        worker: Some(&stand_in),
-                    },
+                    sides(Some(&node_stand_in), Some(&stand_in)),
                     ops,
                 ),
                 Row::NodeReference => fuse_round(
                     &node_reference_mount,
-                    Sides {
-                        fuse: Some(&node_reference),
-                        worker: Some(&reference),
-                    },
+                    sides(Some(&node_reference), Some(&reference)),
                     ops,
                 ),
             };
@@ -1007,8 +965,7 @@ fn figure(
     phase: usize,
     pick: impl Fn(&Phase) -> f64,
 ) -> f64 {
-    let at = Row::ALL.iter().position(|&r| r == row).unwrap();
-    median(results[at].iter().map(|r| pick(&r[phase])).collect())
+    median(row.of(results).iter().map(|r| pick(&r[phase])).collect())
 }
 
 fn report(results: &[Vec<Vec<Phase>>], ops: usize, libfuse: &str, placement: &str) {
@@ -1029,7 +986,7 @@ fn report(results: &[Vec<Vec<Phase>>], ops: usize, libfuse: &str, placement: &st
         "| operation | path | p50 (µs) | p99 (µs) | ops/s | FUSE requests/op | worker calls/op | client CPU/op (µs) | FUSE server CPU/op (µs) | worker CPU/op (µs) |"
     );
     println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|");
-    let ran = |row: Row| !results[Row::ALL.iter().position(|&r| r == row).unwrap()].is_empty();
+    let ran = |row: Row| !row.of(results).is_empty();
     for row in Row::ALL.into_iter().filter(|&row| ran(row)) {
         for (phase, operation) in row.phases().iter().enumerate() {
             let of = |pick: fn(&Phase) -> f64| figure(results, row, phase, pick);
@@ -1041,24 +998,14 @@ fn report(results: &[Vec<Vec<Phase>>], ops: usize, libfuse: &str, placement: &st
                 Row::Echo => "0".to_owned(),
                 _ => "1".to_owned(),
             };
-            let fuse = match row {
-                Row::Echo | Row::Refused | Row::CallsStandIn | Row::CallsReference => {
-                    "–".to_owned()
-                }
-                _ => format!("{:.2}", of(|p| p.requests_per_op)),
-            };
-            let cpu = |value: f64, present: bool| {
+            let shown = |value: f64, digits: usize, present: bool| {
                 if present {
-                    format!("{value:.1}")
+                    format!("{value:.digits$}")
                 } else {
                     "–".to_owned()
                 }
             };
-            let has_fuse = !matches!(
-                row,
-                Row::Echo | Row::Refused | Row::CallsStandIn | Row::CallsReference
-            );
-            let has_worker = !matches!(row, Row::Libfuse | Row::FuseLayer);
+            let fuse = shown(of(|p| p.requests_per_op), 2, row.has_fuse());
             println!(
                 "| {operation} | {} | {:.1} | {:.1} | {:.0} | {fuse} | {calls} | {:.1} | {} | {} |",
                 row.name(),
@@ -1066,8 +1013,8 @@ fn report(results: &[Vec<Vec<Phase>>], ops: usize, libfuse: &str, placement: &st
                 of(|p| p.p99_us),
                 of(|p| p.ops_per_s),
                 of(|p| p.client_cpu_us),
-                cpu(of(|p| p.fuse_cpu_us), has_fuse),
-                cpu(of(|p| p.worker_cpu_us), has_worker),
+                shown(of(|p| p.fuse_cpu_us), 1, row.has_fuse()),
+                shown(of(|p| p.worker_cpu_us), 1, row.has_worker()),
             );
         }
     }

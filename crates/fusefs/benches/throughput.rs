@@ -64,10 +64,12 @@ use lease_client::v1::request::Op;
 use lease_client::{Budgets, Client, HttpsTransport};
 use worker::{AccessMode, Timings};
 
+use common::{env_or, median, memory};
+
+#[path = "common/mod.rs"]
+mod common;
 #[path = "throughput/curve.rs"]
 mod curve;
-#[path = "common/memory.rs"]
-mod memory;
 #[path = "throughput/parallel.rs"]
 mod parallel;
 
@@ -76,15 +78,6 @@ const MIB: usize = 1 << 20;
 const PAGE: usize = 4 << 10;
 const SMALL_FILE: &[u8] = &[b'x'; 100];
 const SEQ_FILE: &str = "sequential.bin";
-
-fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
-    match std::env::var(name) {
-        Ok(v) => v
-            .parse()
-            .unwrap_or_else(|_| panic!("{name}={v} is not a valid value")),
-        Err(_) => default,
-    }
-}
 
 #[derive(Clone, Debug)]
 struct Settings {
@@ -880,16 +873,6 @@ impl Drop for Sshfs {
     }
 }
 
-fn median(mut values: Vec<f64>) -> f64 {
-    values.sort_by(f64::total_cmp);
-    let n = values.len();
-    if n % 2 == 1 {
-        values[n / 2]
-    } else {
-        (values[n / 2 - 1] + values[n / 2]) / 2.0
-    }
-}
-
 fn one_line(command: &str, args: &[&str]) -> String {
     Command::new(command)
         .args(args)
@@ -1122,14 +1105,7 @@ fn breakdown(round: usize, phases: &[Phase]) {
 }
 
 fn main() {
-    if !Path::new("/dev/fuse").exists() {
-        println!("SKIPPED (needs /dev/fuse): fusefs throughput benchmark");
-        return;
-    }
-    // The namespace first, on the main thread: the runtime's threads and every child process
-    // inherit it, so no mount of this run can be left on the host.
-    if let Err(why) = test_support::try_private_mount_namespace() {
-        println!("SKIPPED (needs root in a private mount namespace): fusefs throughput: {why}");
+    if !common::private_namespace("fusefs throughput benchmark") {
         return;
     }
     let settings = Settings::from_env();

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
-use super::{Rng, SMALL_FILE, drop_caches};
+use super::{Rng, SMALL_FILE, drop_caches, median};
 
 /// The files the random reads spread over, and the size of each.
 const READ_FILES: usize = 8;
@@ -126,7 +126,10 @@ pub(crate) fn run(
             fs::remove_file(name(t, i)).unwrap();
         }
     });
-    fs::remove_dir_all(&root).unwrap();
+    for d in &dirs {
+        fs::remove_dir(d).unwrap();
+    }
+    fs::remove_dir(&root).unwrap();
     drop_caches();
     let pages = (PARALLEL_FILE_MIB << 20) as u64 / PAGE;
     let random_read = together(threads, reads, |t| {
@@ -149,7 +152,6 @@ pub(crate) fn run(
 /// The medians over the rounds, per thread count and target, and fusefs against sshfs.
 pub(crate) fn report(targets: &[&str], rounds: &[Vec<Vec<Rates>>], threads: &[usize]) {
     // rounds[round][target][at]
-    let median = |values: Vec<f64>| super::median(values);
     println!();
     println!(
         "| threads | target | create (files/s) | lstat (files/s) | unlink (files/s) | cold random 4 KiB reads (ops/s) |"

@@ -1,0 +1,40 @@
+//! What the fusefs benchmarks share: the environment's settings, medians, the privileged
+//! start, and the entries their in-memory workers answer with.
+
+use std::path::Path;
+
+pub(crate) mod memory;
+
+/// The environment variable `name` parsed, or `default` when unset or unparsable.
+pub(crate) fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// The median (the mean of the middle two for an even count); NaN for no values.
+pub(crate) fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    let n = values.len();
+    match n {
+        0 => f64::NAN,
+        _ if n % 2 == 1 => values[n / 2],
+        _ => (values[n / 2 - 1] + values[n / 2]) / 2.0,
+    }
+}
+
+/// Enters a private mount namespace of this process's own, on the calling (main) thread, so
+/// that every thread and child inherits it and no mount of the run outlives it. `false`, after
+/// printing SKIPPED with the reason, without `/dev/fuse` or the privilege.
+pub(crate) fn private_namespace(bench: &str) -> bool {
+    if !Path::new("/dev/fuse").exists() {
+        println!("SKIPPED (needs /dev/fuse): {bench}");
+        return false;
+    }
+    if let Err(why) = test_support::try_private_mount_namespace() {
+        println!("SKIPPED (needs root in a private mount namespace): {bench}: {why}");
+        return false;
+    }
+    true
+}
