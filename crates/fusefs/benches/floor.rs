@@ -975,7 +975,7 @@ fn report(results: &[Vec<Vec<Phase>>], ops: usize, libfuse: &str, placement: &st
     println!(
         "Linux {}, libfuse {libfuse}, {ops} operations per phase, medians of {} rounds, {placement}, load {}",
         kernel.trim(),
-        results[0].len(),
+        results.iter().map(Vec::len).max().unwrap_or(0),
         load.split_whitespace()
             .take(3)
             .collect::<Vec<_>>()
