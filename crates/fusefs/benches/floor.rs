@@ -40,6 +40,7 @@
 //! `BENCH_RUNTIME_THREADS` (the fusefs server's tokio worker threads, 4), `BENCH_ROWS` (the
 //! rows to run, by number: `1,2,5`; all by default), `BENCH_PIN` (`split`: every server process
 //! on the CPUs but the first, the client on the first; unset: where the scheduler puts them).
+//! A value that is not one of these ends the run with status 2 before anything is mounted.
 //!
 //! On a virtual machine a wake-up across CPUs can cost tens of microseconds (an idle virtual
 //! CPU sleeps in the host) where one on the same CPU costs a few, so an unpinned run is
@@ -77,7 +78,7 @@ use worker::testing::Pki;
 #[path = "common/mod.rs"]
 mod common;
 
-use common::{env_or, median, memory};
+use common::{bad_setting, env_or, median, memory};
 
 /// The files in `d`, as in `ll_floor.c`.
 const FILES: u64 = 1000;
@@ -810,6 +811,22 @@ fn main() {
     }
     let rounds: usize = env_or("BENCH_ROUNDS", 3);
     let ops: usize = env_or("BENCH_OPS", 20_000);
+    let chosen = std::env::var("BENCH_ROWS").unwrap_or_default();
+    let chosen: Vec<&str> = chosen
+        .split(',')
+        .map(str::trim)
+        .filter(|n| !n.is_empty())
+        .collect();
+    let numbers: Vec<&str> = Row::ALL.iter().map(|row| row.number()).collect();
+    if let Some(unknown) = chosen.iter().find(|n| !numbers.contains(n)) {
+        let expected = format!("row numbers among {}", numbers.join(", "));
+        bad_setting("BENCH_ROWS", unknown, &expected);
+    }
+    let pinned = match std::env::var("BENCH_PIN").unwrap_or_default().as_str() {
+        "" => false,
+        "split" => true,
+        other => bad_setting("BENCH_PIN", other, "split, or unset"),
+    };
     let work = tempfile::Builder::new()
         .prefix("fusefs-floor-")
         .tempdir()
@@ -848,7 +865,7 @@ fn main() {
     };
 
     let cpus = std::thread::available_parallelism().map_or(1, usize::from);
-    let split = std::env::var("BENCH_PIN").is_ok_and(|p| p == "split") && cpus > 1;
+    let split = pinned && cpus > 1;
     if split {
         pin(1..cpus);
     }
@@ -903,8 +920,6 @@ fn main() {
     let mut to_stand_in = caller(&stand_in_dir, VOLUME);
     let mut to_reference = caller(&reference_dir, VOLUME);
 
-    let chosen = std::env::var("BENCH_ROWS").unwrap_or_default();
-    let chosen: Vec<&str> = chosen.split(',').filter(|n| !n.is_empty()).collect();
     let sides = |fuse, worker| Sides { fuse, worker };
     let mut results: Vec<Vec<Vec<Phase>>> = vec![Vec::new(); Row::ALL.len()];
     for r in 0..rounds {

@@ -27,7 +27,8 @@
 //! the tree walked, 100000; 0 for none), `BENCH_THREADS` (the thread counts of the parallel
 //! run, `1,2,4,8`; empty for none), `BENCH_PARALLEL_FILES` (files per thread, 500),
 //! `BENCH_PARALLEL_READS` (random reads per thread, 500), `BENCH_ONLY=curve` or
-//! `BENCH_ONLY=parallel` (that part alone).
+//! `BENCH_ONLY=parallel` (that part alone). A number left empty takes its default; a value
+//! that does not parse ends the run with status 2 before anything is mounted.
 //!
 //! After the rounds, parallel clients (`throughput/parallel.rs`): 1 to 8 threads, each in a
 //! directory of its own, and cold random reads over 8 files, per target, over the same number
@@ -64,7 +65,7 @@ use lease_client::v1::request::Op;
 use lease_client::{Budgets, Client, HttpsTransport};
 use worker::{AccessMode, Timings};
 
-use common::{env_or, median, memory};
+use common::{bad_setting, env_or, median, memory};
 
 #[path = "common/mod.rs"]
 mod common;
@@ -105,18 +106,33 @@ impl Settings {
             random_reads: env_or("BENCH_RANDOM_READS", 2_000),
             runtime_threads: env_or("BENCH_RUNTIME_THREADS", 4),
             call_kib: env_or("BENCH_CALL_KIB", FsConfig::default().call_data_bytes >> 10),
-            curve: curve::sizes(
-                &std::env::var("BENCH_CURVE").unwrap_or_else(|_| "1000,10000,100000".into()),
-            ),
+            curve: env_list("BENCH_CURVE", "1000,10000,100000"),
             tree_files: env_or("BENCH_TREE_FILES", 100_000),
-            threads: parallel::counts(
-                &std::env::var("BENCH_THREADS").unwrap_or_else(|_| "1,2,4,8".into()),
-            ),
+            threads: env_list("BENCH_THREADS", "1,2,4,8"),
             parallel_files: env_or("BENCH_PARALLEL_FILES", 500),
             parallel_reads: env_or("BENCH_PARALLEL_READS", 500),
-            only: std::env::var("BENCH_ONLY").ok().filter(|v| !v.is_empty()),
+            only: match std::env::var("BENCH_ONLY").unwrap_or_default().as_str() {
+                "" => None,
+                part @ ("curve" | "parallel") => Some(part.to_owned()),
+                other => bad_setting("BENCH_ONLY", other, "curve or parallel"),
+            },
         }
     }
+}
+
+/// The comma-separated numbers in the environment variable `name`, `default` when unset; empty
+/// when set to nothing. A part that does not parse ends the run as [`env_or`] does.
+fn env_list(name: &str, default: &str) -> Vec<usize> {
+    let value = std::env::var(name).unwrap_or_else(|_| default.to_owned());
+    value
+        .split(',')
+        .map(str::trim)
+        .filter(|part| !part.is_empty())
+        .map(|part| {
+            part.parse()
+                .unwrap_or_else(|_| bad_setting(name, &value, "numbers separated by commas"))
+        })
+        .collect()
 }
 
 /// A small deterministic generator for offsets and incompressible data (xorshift64*).

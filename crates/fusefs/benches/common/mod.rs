@@ -5,12 +5,24 @@ use std::path::Path;
 
 pub(crate) mod memory;
 
-/// The environment variable `name` parsed, or `default` when unset or unparsable.
+/// The environment variable `name` parsed, or `default` when unset or empty. A value that does
+/// not parse ends the run with a message naming the variable and the value.
 pub(crate) fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
+    match std::env::var(name) {
+        Ok(value) if !value.trim().is_empty() => value
+            .trim()
+            .parse()
+            .unwrap_or_else(|_| bad_setting(name, &value, "a number")),
+        _ => default,
+    }
+}
+
+/// Ends the run: `name` was set to `value`, which is not `expected`. Exit status 2, as for a
+/// bad command line; nothing has been mounted or started yet.
+#[allow(clippy::exit)]
+pub(crate) fn bad_setting(name: &str, value: &str, expected: &str) -> ! {
+    eprintln!("{name}={value:?} is not valid: expected {expected}");
+    std::process::exit(2)
 }
 
 /// The median (the mean of the middle two for an even count); NaN for no values.

@@ -162,15 +162,3 @@ pub(crate) fn report(targets: &[&str], curves: &[Curve], tree_files: usize) {
         );
     }
 }
-
-/// Parses `BENCH_CURVE` ("1000,10000,100000"; empty: no curve).
-pub(crate) fn sizes(text: &str) -> Vec<usize> {
-    text.split(',')
-        .filter(|s| !s.trim().is_empty())
-        .map(|s| {
-            s.trim()
-                .parse()
-                .expect("BENCH_CURVE: sizes separated by commas")
-        })
-        .collect()
-}

@@ -28,18 +28,6 @@ pub(crate) struct Rates {
     pub(crate) random_read: f64,
 }
 
-/// Parses `BENCH_THREADS` ("1,2,4,8"; empty: no parallel run).
-pub(crate) fn counts(text: &str) -> Vec<usize> {
-    text.split(',')
-        .filter(|s| !s.trim().is_empty())
-        .map(|s| {
-            s.trim()
-                .parse()
-                .expect("BENCH_THREADS: thread counts separated by commas")
-        })
-        .collect()
-}
-
 /// Writes the files the random reads use under `dir`, in a directory named for `target` (the
 /// fusefs mount and the backing directory show the same files).
 pub(crate) fn prepare(dir: &Path, target: usize) -> Vec<PathBuf> {
