@@ -78,7 +78,7 @@ use worker::testing::Pki;
 #[path = "common/mod.rs"]
 mod common;
 
-use common::{bad_setting, env_or, median, memory};
+use common::{bad_setting, env_or, loadavg, median, memory, runtime};
 
 /// The files in `d`, as in `ll_floor.c`.
 const FILES: u64 = 1000;
@@ -92,14 +92,6 @@ const SERVE_FUSEFS: &str = "--serve-fusefs";
 const SERVE_WORKER: &str = "--serve-worker";
 const SERVE_ECHO: &str = "--serve-echo";
 const ECHO_BYTES: usize = 64;
-
-fn runtime(threads: usize) -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(threads)
-        .enable_all()
-        .build()
-        .unwrap()
-}
 
 /// The tree of `ll_floor.c`: one entry.
 fn memory_entry(ino: u64) -> Option<v1::Entry> {
@@ -984,17 +976,13 @@ fn figure(
 }
 
 fn report(results: &[Vec<Vec<Phase>>], ops: usize, libfuse: &str, placement: &str) {
-    let load = fs::read_to_string("/proc/loadavg").unwrap_or_default();
     let kernel = fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
     println!();
     println!(
         "Linux {}, libfuse {libfuse}, {ops} operations per phase, medians of {} rounds, {placement}, load {}",
         kernel.trim(),
         results.iter().map(Vec::len).max().unwrap_or(0),
-        load.split_whitespace()
-            .take(3)
-            .collect::<Vec<_>>()
-            .join(" ")
+        loadavg(),
     );
     println!();
     println!(
@@ -1032,6 +1020,12 @@ fn report(results: &[Vec<Vec<Phase>>], ops: usize, libfuse: &str, placement: &st
                 shown(of(|p| p.worker_cpu_us), 1, row.has_worker()),
             );
         }
+    }
+    if Row::ALL[2..6].iter().any(|&row| ran(row)) {
+        println!();
+        println!(
+            "Worker calls/op of rows 3 and 4 are by construction (one call, or none, per operation), not counted; rows 5 and 6 count theirs in the FUSE server."
+        );
     }
     println!();
     let p50 = |row: Row, phase: usize| figure(results, row, phase, |p| p.p50_us);

@@ -65,7 +65,7 @@ use lease_client::v1::request::Op;
 use lease_client::{Budgets, Client, HttpsTransport};
 use worker::{AccessMode, Timings};
 
-use common::{bad_setting, env_or, median, memory};
+use common::{bad_setting, env_or, loadavg, median, memory, runtime};
 
 #[path = "common/mod.rs"]
 mod common;
@@ -897,15 +897,6 @@ fn one_line(command: &str, args: &[&str]) -> String {
         .unwrap_or_default()
 }
 
-fn loadavg() -> String {
-    fs::read_to_string("/proc/loadavg")
-        .unwrap_or_default()
-        .split_whitespace()
-        .take(3)
-        .collect::<Vec<_>>()
-        .join(" ")
-}
-
 const TARGETS: [&str; 3] = ["(a) fusefs", "(b) backing dir", "(c) sshfs"];
 
 struct Row {
@@ -1135,11 +1126,7 @@ fn main() {
         work.path(),
         one_line("df", &["-h", "--output=avail", work_root.to_str().unwrap()]).replace('\n', " ")
     );
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(settings.runtime_threads)
-        .enable_all()
-        .build()
-        .unwrap();
+    let runtime = runtime(settings.runtime_threads);
     let replicated = runtime.block_on(Replicated::start(work.path(), settings.call_kib << 10));
     let mut sshfs = match Sshfs::start(work.path()) {
         Ok(sshfs) => sshfs,

@@ -25,6 +25,26 @@ pub(crate) fn bad_setting(name: &str, value: &str, expected: &str) -> ! {
     std::process::exit(2)
 }
 
+/// A multi-threaded tokio runtime of `threads` worker threads, with I/O and timers.
+pub(crate) fn runtime(threads: usize) -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(threads)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// The load averages over 1, 5 and 15 minutes, as `/proc/loadavg` gives them; empty when
+/// unreadable.
+pub(crate) fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .unwrap_or_default()
+        .split_whitespace()
+        .take(3)
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 /// The median (the mean of the middle two for an even count); NaN for no values.
 pub(crate) fn median(mut values: Vec<f64>) -> f64 {
     values.sort_by(f64::total_cmp);
