@@ -13,6 +13,9 @@ pub enum Error {
     Call {
         /// The operation of the call, as the protocol names it.
         op: &'static str,
+        /// The operation changes nothing on the workers (a lookup, a read, ...), so whether
+        /// an attempt of it was delivered does not matter to the application.
+        read_only: bool,
         /// What the client says went wrong.
         #[source]
         source: lease_client::Error,
@@ -86,9 +89,12 @@ impl ErrorClass {
 }
 
 impl Error {
-    /// The errno the kernel answers the request with (see [`errno_of`] for a call's).
+    /// The errno the kernel answers the request with: a call's is [`errno_of`] its failure,
+    /// except that a read-only call the workers did not answer is `ETIMEDOUT` even when an
+    /// attempt may have been delivered, since it cannot have changed anything.
     pub fn errno(&self) -> Errno {
         match self {
+            Error::Call { .. } if self.unanswered_read() => Errno::clamped(libc::ETIMEDOUT),
             Error::Call { source, .. } => errno_of(source),
             Error::StaleNode { .. } => Errno::clamped(libc::ESTALE),
             Error::MalformedReply { .. } => Errno::clamped(libc::EIO),
@@ -112,6 +118,7 @@ impl Error {
                     }
                 },
                 Call::Unavailable { .. } | Call::Busy { .. } => ErrorClass::Unavailable,
+                Call::Uncertain { .. } if self.unanswered_read() => ErrorClass::Unavailable,
                 Call::Uncertain { .. } => ErrorClass::Uncertain,
                 Call::Unauthorized { .. } => ErrorClass::Unauthorized,
                 Call::Rejected { .. }
@@ -125,9 +132,27 @@ impl Error {
         }
     }
 
-    /// A call's failure, naming its operation.
-    pub(crate) fn call(op: &'static str, source: lease_client::Error) -> Self {
-        Error::Call { op, source }
+    /// A call's failure, naming its operation and whether it is read-only
+    /// ([`Op::is_read_only`](lease_client::v1::request::Op::is_read_only)).
+    pub(crate) fn call(op: &'static str, read_only: bool, source: lease_client::Error) -> Self {
+        Error::Call {
+            op,
+            read_only,
+            source,
+        }
+    }
+
+    /// A read-only call whose budget ended with an attempt that may have been delivered:
+    /// uncertain to the client, but nothing can have been applied.
+    fn unanswered_read(&self) -> bool {
+        matches!(
+            self,
+            Error::Call {
+                read_only: true,
+                source: lease_client::Error::Uncertain { .. },
+                ..
+            }
+        )
     }
 
     /// A reply without a field the operation needs, or with one it cannot use.
@@ -174,11 +199,23 @@ mod tests {
     fn each_failure_has_its_errno_and_class() {
         let refused = |refusal| Error::Call {
             op: "lookup",
+            read_only: true,
             source: lease_client::Error::Refused {
                 volume_id: "v".into(),
                 op: "lookup",
                 refusal,
             },
+        };
+        let uncertain = |op, read_only| {
+            Error::call(
+                op,
+                read_only,
+                lease_client::Error::Uncertain {
+                    volume_id: "v".into(),
+                    op,
+                    request_id: lease_client::protocol::RequestId([7; 16]),
+                },
+            )
         };
         let cases = [
             (
@@ -203,6 +240,14 @@ mod tests {
                 ErrorClass::Kernel,
             ),
             (Error::Interrupted, libc::EINTR, ErrorClass::Kernel),
+            // An unanswered call that may have been delivered: the outcome of a mutation is
+            // unknown, a read cannot have changed anything.
+            (uncertain("write", false), libc::EIO, ErrorClass::Uncertain),
+            (
+                uncertain("getattr", true),
+                libc::ETIMEDOUT,
+                ErrorClass::Unavailable,
+            ),
             (
                 Error::malformed("read", "too much data"),
                 libc::EIO,

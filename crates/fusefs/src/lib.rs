@@ -11,8 +11,9 @@
 //!   It answers with its own types ([`Entry`], [`Stat`], [`Opened`], [`DirEntryPlus`] ...),
 //!   none of them a FUSE library's, and fails with an [`Error`] that keeps its cause (the
 //!   client's error, a stale node, a malformed reply naming its operation, an interruption);
-//!   [`Error::errno`] is the one mapping to an errno (a call's through [`errno_of`]), clamped
-//!   to the range the kernel accepts. It is tested without `/dev/fuse`.
+//!   [`Error::errno`] is the one mapping to an errno (a call's through [`errno_of`], except
+//!   that an unanswered read-only call is `ETIMEDOUT` even when the client calls it
+//!   uncertain), clamped to the range the kernel accepts. It is tested without `/dev/fuse`.
 //! - [`FuseAdapter`], the [`fuse_session::Handler`]: each request goes to the one `Fs` method
 //!   it names, and the answer is encoded with [`fuse_wire::reply`] (the one place the core's
 //!   types meet the wire's). A failure is logged once, at a level that fits its

@@ -324,11 +324,11 @@ impl<S: FileService> Fs<S> {
         until: Option<Instant>,
         op: Op,
     ) -> Result<ReplyResult, Error> {
-        let name = op.name();
+        let (name, read_only) = (op.name(), op.is_read_only());
         self.service
             .call(request_id, until, op)
             .await
-            .map_err(|source| Error::call(name, source))
+            .map_err(|source| Error::call(name, read_only, source))
     }
 
     /// The kernel interrupts request `unique`. Honoured only if it has not been sent yet.

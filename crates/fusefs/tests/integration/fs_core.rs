@@ -463,10 +463,15 @@ fn each_failure_class_has_its_errno() {
             let started = std::time::Instant::now();
             assert_eq!(getattr(&fs).await, Some(libc::ETIMEDOUT));
             assert!(started.elapsed() >= budgets().call / 2);
-            // Requests taken and never answered: uncertain, EIO.
+            // Requests taken and never answered: a mutation's outcome is unknown, EIO; a
+            // read cannot have changed anything, ETIMEDOUT.
             let fs = fs_of(volume, FsConfig::default());
             volume.server().faults().set_hang(true);
-            assert_eq!(getattr(&fs).await, Some(libc::EIO));
+            assert_eq!(
+                raw(fs.mkdir(next(), ROOT_NODE, OsStr::new("d"), 0o755, 0).await).err(),
+                Some(libc::EIO)
+            );
+            assert_eq!(getattr(&fs).await, Some(libc::ETIMEDOUT));
             volume.server().faults().set_hang(false);
             // Wrong credentials: EACCES.
             let budgets = budgets();
