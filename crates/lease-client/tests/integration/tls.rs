@@ -329,3 +329,81 @@ async fn tls_throughput_smoke() {
     );
     assert_eq!(server.state.connections.load(Ordering::SeqCst), 1);
 }
+
+/// A runtime on a thread of its own until the returned sender is dropped or fires.
+fn runtime_on_a_thread(
+    runtime: tokio::runtime::Runtime,
+) -> (
+    tokio::runtime::Handle,
+    tokio::sync::oneshot::Sender<()>,
+    std::thread::JoinHandle<()>,
+) {
+    let handle = runtime.handle().clone();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let thread = std::thread::spawn(move || {
+        let _ = runtime.block_on(stopped);
+    });
+    (handle, stop, thread)
+}
+
+fn current_thread() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+#[test]
+fn tls_connections_run_on_the_runtime_the_transport_names() {
+    let pki = Pki::new();
+    let (servers, stop_servers, servers_thread) = runtime_on_a_thread(
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap(),
+    );
+    let server = servers.block_on(TestServer::start(&pki.server, &pki.ca.pem, TOKEN));
+    // The named runtime: single-threaded, on a thread of its own, as a FUSE server's is.
+    let (named, stop_named, named_thread) = runtime_on_a_thread(current_thread());
+
+    let budgets = budgets();
+    let transport = HttpsTransport::on_runtime(&budgets, named.clone());
+    transport.set_credentials(&credentials(&pki, TOKEN));
+    let config = ClientConfig {
+        volume_id: "vol-tls".into(),
+        volume_generation: VolumeGeneration(1),
+        access_mode: AccessMode::Rwx,
+        endpoints: EndpointSet::new([server.endpoint.as_str()]).unwrap(),
+        budgets,
+    };
+    let client = Client::new(config, transport);
+    assert_eq!(named.metrics().num_alive_tasks(), 0);
+
+    // The first call comes from a runtime that then shuts down: the connection it opened
+    // (socket, TLS and HTTP/2 tasks) lives on the named runtime, so it goes on serving.
+    let elsewhere = current_thread();
+    elsewhere.block_on(client.call(getattr())).unwrap();
+    drop(elsewhere);
+    assert!(
+        named.metrics().num_alive_tasks() >= 1,
+        "no task of the connection runs on the named runtime"
+    );
+    let later = current_thread();
+    for _ in 0..3 {
+        later.block_on(client.call(getattr())).unwrap();
+    }
+    assert_eq!(server.state.answered.load(Ordering::SeqCst), 4);
+    assert_eq!(
+        server.state.connections.load(Ordering::SeqCst),
+        1,
+        "the first connection broke when the runtime that opened it shut down"
+    );
+
+    drop(client);
+    stop_named.send(()).unwrap();
+    named_thread.join().unwrap();
+    drop(server);
+    stop_servers.send(()).unwrap();
+    servers_thread.join().unwrap();
+}
