@@ -35,6 +35,10 @@
 //! descriptor and INIT record) in a [`HandOver`]; [`adopt`] serves such a connection, in this
 //! process or another, without a second INIT.
 //!
+//! Where a mount's tasks run decides how many threads each request wakes: [`ServingThreads`]
+//! gives each mount one thread with a single-threaded runtime, on which its session, its
+//! requests and its worker connections take turns.
+//!
 //! The FUSE session is this project's own ([`fuse_session`], over the wire format of
 //! [`fuse_wire`]); until the owner hand-off work it was the `fuse3` crate, which cannot pause,
 //! hand over or adopt a connection and unmounts when its handle is dropped.
@@ -78,6 +82,7 @@ mod reply;
 mod service;
 #[cfg(feature = "testing")]
 pub mod testing;
+mod threads;
 
 pub use adapter::FuseAdapter;
 pub use errno::{Errno, MAX_ERRNO, errno_of};
@@ -97,3 +102,4 @@ pub use reply::{
     StatFs, Timestamp,
 };
 pub use service::FileService;
+pub use threads::ServingThreads;

@@ -134,6 +134,22 @@ impl WorkerVolume {
         }
     }
 
+    /// [`WorkerVolume::client`], with its connections run on `runtime` (a serving thread's,
+    /// say: [`crate::ServingThreads`]).
+    pub fn client_on(
+        &self,
+        budgets: Budgets,
+        runtime: tokio::runtime::Handle,
+    ) -> Client<HttpsTransport> {
+        let endpoint = self.endpoint();
+        match worker::testing::client_on(&self.pki, &self.spec, &endpoint, TOKEN, budgets, runtime)
+        {
+            Ok(client) => client,
+            // The PKI and the endpoint are made here and always valid.
+            Err(e) => panic!("a client of the test worker: {e}"),
+        }
+    }
+
     /// Mounts the volume at `path` (an existing empty directory) through a new client. For an
     /// RWX volume; an RWO volume's client must carry a claimed epoch: mount it with
     /// [`crate::mount`] and [`lease_client::Client::with_epoch`].

@@ -149,6 +149,37 @@ pub fn client(
     token: &str,
     budgets: Budgets,
 ) -> Result<Client<HttpsTransport>, lease_client::ConfigError> {
+    client_over(
+        pki,
+        spec,
+        endpoint,
+        token,
+        HttpsTransport::new(&budgets),
+        budgets,
+    )
+}
+
+/// [`client`], with its connections run on `runtime` ([`HttpsTransport::on_runtime`]).
+pub fn client_on(
+    pki: &Pki,
+    spec: &VolumeSpec,
+    endpoint: &str,
+    token: &str,
+    budgets: Budgets,
+    runtime: tokio::runtime::Handle,
+) -> Result<Client<HttpsTransport>, lease_client::ConfigError> {
+    let transport = HttpsTransport::on_runtime(&budgets, runtime);
+    client_over(pki, spec, endpoint, token, transport, budgets)
+}
+
+fn client_over(
+    pki: &Pki,
+    spec: &VolumeSpec,
+    endpoint: &str,
+    token: &str,
+    transport: HttpsTransport,
+    budgets: Budgets,
+) -> Result<Client<HttpsTransport>, lease_client::ConfigError> {
     let config = ClientConfig {
         volume_id: spec.volume_id.clone(),
         volume_generation: VolumeGeneration(spec.volume_generation),
@@ -156,8 +187,6 @@ pub fn client(
         endpoints: EndpointSet::new([endpoint])?,
         budgets,
     };
-    Ok(Client::new(
-        config,
-        HttpsTransport::with_credentials(&budgets, &pki.credentials(token)?),
-    ))
+    transport.set_credentials(&pki.credentials(token)?);
+    Ok(Client::new(config, transport))
 }
