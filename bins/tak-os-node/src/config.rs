@@ -88,10 +88,18 @@ pub struct Cli {
     #[arg(long, env = "TAK_OS_HANDOFF_DEADLINE_SECONDS", default_value_t = 10.0)]
     pub handoff_deadline_seconds: f64,
 
+    /// How many threads serve the FUSE mounts; 0 means one per CPU the process may use. Each
+    /// mount is served by one of them, its worker connections with it.
+    #[arg(long, env = "TAK_OS_SERVING_THREADS", default_value_t = 0)]
+    pub serving_threads: usize,
+
     /// Log format.
     #[arg(long, env = "TAK_OS_LOG_FORMAT", value_enum, default_value_t = LogFormat::Json)]
     pub log_format: LogFormat,
 }
+
+/// The most threads `--serving-threads` may ask for: more than any node has CPUs.
+const MAX_SERVING_THREADS: usize = 1024;
 
 /// Log formats.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -245,6 +253,15 @@ impl Cli {
         let call = seconds("--call-budget-seconds", self.call_budget_seconds)?;
         let handoff_deadline =
             seconds("--handoff-deadline-seconds", self.handoff_deadline_seconds)?;
+        if self.serving_threads > MAX_SERVING_THREADS {
+            return Err(bad(
+                "--serving-threads",
+                format!(
+                    "{} is more than {MAX_SERVING_THREADS}",
+                    self.serving_threads
+                ),
+            ));
+        }
         if renew_interval >= lease_duration {
             return Err(bad(
                 "--lease-renew-seconds",
@@ -266,6 +283,7 @@ impl Cli {
         owner.lease = lease;
         owner.keeper_socket = keeper_socket;
         owner.handoff_deadline = handoff_deadline;
+        owner.serving_threads = self.serving_threads;
         Ok(Config {
             keeper: self.keeper,
             no_resend: self.no_resend,
@@ -310,6 +328,14 @@ mod tests {
         assert!(!config.keeper);
         assert_eq!(config.owner.keeper_socket, None, "no keeper unless asked");
         assert_eq!(config.owner.handoff_deadline, Duration::from_secs(10));
+        assert_eq!(config.owner.serving_threads, 0, "one per CPU");
+        assert_eq!(
+            cli(&["--serving-threads", "3"])
+                .unwrap()
+                .owner
+                .serving_threads,
+            3
+        );
         let keeper =
             Cli::try_parse_from(["tak-os-node", "--keeper", "--keeper-socket", "/run/k.sock"])
                 .unwrap()
@@ -360,6 +386,7 @@ mod tests {
                 &["--handoff-deadline-seconds", "0"],
                 "--handoff-deadline-seconds",
             ),
+            (&["--serving-threads", "1025"], "--serving-threads"),
         ] {
             let error = cli(args).unwrap_err();
             assert!(error.to_string().starts_with(flag), "{args:?}: {error}");

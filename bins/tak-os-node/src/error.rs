@@ -172,6 +172,9 @@ pub enum Error {
         #[source]
         source: mounter::Error,
     },
+    /// The threads that serve the stages could not start.
+    #[error("cannot start the threads that serve mounts")]
+    Threads(#[source] std::io::Error),
     /// The owner is not ready yet (its startup recovery has not finished).
     #[error("the mount owner is starting")]
     NotReady,
@@ -208,6 +211,7 @@ pub fn category(error: &Error) -> &'static str {
         Error::Mount { .. } => "mount",
         Error::Mounter { .. } => "mounter",
         Error::NotReady => "not_ready",
+        Error::Threads(_) => "threads",
         Error::Unsupported { .. } => "unsupported",
     }
 }

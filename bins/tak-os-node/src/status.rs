@@ -49,7 +49,7 @@ pub fn code(error: &Error) -> Code {
         },
         Error::VolumeNotFound { .. } | Error::NotFound { .. } => Code::NotFound,
         Error::AlreadyExists { .. } => Code::AlreadyExists,
-        Error::Workers { .. } | Error::NotReady => Code::Unavailable,
+        Error::Workers { .. } | Error::NotReady | Error::Threads(_) => Code::Unavailable,
         Error::Unsupported { .. } => Code::Unimplemented,
         Error::Busy { .. } | Error::LeaseExpired { .. } | Error::Retry { .. } => Code::Aborted,
         Error::Session { source, .. } => match source.kind() {

@@ -387,7 +387,11 @@ impl Owner {
             )));
         }
         check_same_stage(&session_record, &context, staging)?;
-        let (client, material) = self.worker_client(&volume_id, &context).await?;
+        // The stage's serving thread runs its worker connections and its FUSE session.
+        let runtime = self.serving.next();
+        let (client, material) = self
+            .worker_client(&volume_id, &context, runtime.clone())
+            .await?;
         let (client, lease) = match session_record.epoch() {
             None => (client, None),
             Some(epoch) => {
@@ -448,13 +452,16 @@ impl Owner {
         }
         let journal = self.journal_of(&fs, &deposit.staging, &volume_id);
         let connection = fuse_session::Paused { fd: fuse, record };
-        let mounted = fusefs::adopt(
-            Arc::clone(&fs),
-            &volume_id,
-            staging,
-            deposit.device,
-            connection,
-        )
+        let mounted = {
+            let _on = runtime.enter();
+            fusefs::adopt(
+                Arc::clone(&fs),
+                &volume_id,
+                staging,
+                deposit.device,
+                connection,
+            )
+        }
         .map_err(|failed| Error::Mount {
             volume_id: volume_id.clone(),
             source: failed.error,

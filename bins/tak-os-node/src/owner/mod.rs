@@ -115,6 +115,10 @@ pub struct OwnerConfig {
     /// Told of every worker call made for a kernel request on every stage (the exactly-once
     /// tests only).
     pub calls: Option<Arc<dyn fusefs::CallObserver>>,
+    /// How many threads serve the stages ([`fusefs::ServingThreads`]); zero means one per
+    /// CPU the process may use. Each stage is served by one of them, its FUSE session and its
+    /// worker connections together.
+    pub serving_threads: usize,
 }
 
 impl OwnerConfig {
@@ -135,6 +139,7 @@ impl OwnerConfig {
             keeper_check: Duration::from_secs(1),
             hook: Hook::default(),
             calls: None,
+            serving_threads: 0,
         }
     }
 }
@@ -153,6 +158,8 @@ pub struct Owner {
     ready: AtomicBool,
     /// The keeper, when one is configured.
     keeper: Option<Arc<crate::keeper::KeeperLink>>,
+    /// The threads the stages are served on.
+    serving: fusefs::ServingThreads,
 }
 
 impl std::fmt::Debug for dyn CredentialSource {
@@ -253,7 +260,13 @@ impl Owner {
             .keeper_socket
             .as_ref()
             .map(|path| Arc::new(crate::keeper::KeeperLink::new(path)));
+        let serving = match config.serving_threads {
+            0 => fusefs::ServingThreads::per_cpu("fuse"),
+            count => fusefs::ServingThreads::new("fuse", count),
+        }
+        .map_err(Error::Threads)?;
         Ok(Owner {
+            serving,
             config,
             keeper,
             kubelet,

@@ -294,7 +294,11 @@ impl Owner {
         staging: &Path,
     ) -> Result<Arc<Stage>, Error> {
         let volume_id = record.identity().volume_id.clone();
-        let (client, material) = self.worker_client(&volume_id, &context).await?;
+        // The stage's serving thread runs its worker connections and its FUSE session.
+        let runtime = self.serving.next();
+        let (client, material) = self
+            .worker_client(&volume_id, &context, runtime.clone())
+            .await?;
         let (client, lease) = match record.epoch() {
             None => {
                 self.check_volume(&client, &volume_id, context.generation)
@@ -317,7 +321,7 @@ impl Owner {
         let mounted = match fusefs::Fs::new(client, self.fs_config()) {
             Ok(fs) => {
                 self.observe(&fs);
-                fusefs::mount(Arc::new(fs), &volume_id, staging).await
+                mount_on(&runtime, Arc::new(fs), &volume_id, staging).await
             }
             Err(nonce) => Err(fusefs::MountError::from(nonce)),
         };
@@ -382,11 +386,13 @@ impl Owner {
     }
 
     /// A worker client of the volume with the stage's context and the volume's credentials,
-    /// and those credentials (whose changes the stage's refresh task watches for).
+    /// its connections run on the stage's serving thread (`runtime`), and those credentials
+    /// (whose changes the stage's refresh task watches for).
     pub(crate) async fn worker_client(
         &self,
         volume_id: &str,
         context: &VolumeContext,
+        runtime: tokio::runtime::Handle,
     ) -> Result<(WorkerClient, crate::credentials::Material), Error> {
         let material =
             self.credentials
@@ -413,7 +419,12 @@ impl Owner {
                 endpoints: context.endpoints.clone(),
                 budgets: self.config.budgets,
             },
-            lease_client::HttpsTransport::with_credentials(&self.config.budgets, &credentials),
+            {
+                let transport =
+                    lease_client::HttpsTransport::on_runtime(&self.config.budgets, runtime);
+                transport.set_credentials(&credentials);
+                transport
+            },
         );
         Ok((client, material))
     }
@@ -808,5 +819,29 @@ pub(crate) async fn refresh_credentials(
                 "the volume's new credentials are unusable; the current ones stay"
             ),
         }
+    }
+}
+
+/// [`fusefs::mount`] run as a task on the stage's serving thread (`runtime`), so that its
+/// session and the tasks it starts run there.
+async fn mount_on(
+    runtime: &tokio::runtime::Handle,
+    fs: Arc<fusefs::Fs<WorkerClient>>,
+    volume_id: &str,
+    staging: &Path,
+) -> Result<fusefs::Mounted<WorkerClient>, fusefs::MountError> {
+    let (id, path) = (volume_id.to_owned(), staging.to_owned());
+    match runtime
+        .spawn(async move { fusefs::mount(fs, &id, &path).await })
+        .await
+    {
+        Ok(mounted) => mounted,
+        Err(failed) if failed.is_panic() => std::panic::resume_unwind(failed.into_panic()),
+        // Only a runtime shutting down cancels the task: the owner is stopping.
+        Err(_) => Err(fusefs::MountError::Io {
+            op: "serving",
+            path: staging.to_owned(),
+            source: std::io::Error::other("the serving thread has stopped"),
+        }),
     }
 }
