@@ -36,8 +36,12 @@
 //! alternate the rows and report medians. Every child is ended by its PID and every mount lives
 //! in the namespace.
 //!
-//! Environment: `BENCH_ROUNDS` (3), `BENCH_OPS` (operations per phase, 20000),
-//! `BENCH_RUNTIME_THREADS` (the fusefs server's tokio worker threads, 4), `BENCH_ROWS` (the
+//! The fusefs servers run as the node runs a stage: on one serving thread
+//! ([`fusefs::ServingThreads`]) with its worker connection. The client rows call from a
+//! single-threaded runtime that also runs the connection, as a request's task on a serving
+//! thread does.
+//!
+//! Environment: `BENCH_ROUNDS` (3), `BENCH_OPS` (operations per phase, 20000), `BENCH_ROWS` (the
 //! rows to run, by number: `1,2,5`; all by default), `BENCH_PIN` (`split`: every server process
 //! on the CPUs but the first, the client on the first; unset: where the scheduler puts them).
 //! A value that is not one of these ends the run with status 2 before anything is mounted.
@@ -67,7 +71,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use fusefs::{FileService, Fs, FsConfig};
+use fusefs::{FileService, Fs, FsConfig, ServingThreads};
 use lease_client::protocol::{ROOT_INO, ROOT_INODE_GENERATION, RequestId};
 use lease_client::v1::reply::Result as ReplyResult;
 use lease_client::v1::request::Op;
@@ -237,6 +241,14 @@ impl WorkerFiles {
         worker::testing::client(&self.pki, &spec, &self.endpoint, TOKEN, Budgets::default())
             .unwrap()
     }
+
+    /// A client of `volume` on this worker whose connections run on `runtime`.
+    fn client_on(&self, volume: &str, runtime: tokio::runtime::Handle) -> Client<HttpsTransport> {
+        let spec = worker::testing::volume(volume, AccessMode::Rwx);
+        let budgets = Budgets::default();
+        worker::testing::client_on(&self.pki, &spec, &self.endpoint, TOKEN, budgets, runtime)
+            .unwrap()
+    }
 }
 
 /// Answers each line on stdin with `counts()` as one line on stdout, until stdin closes.
@@ -256,22 +268,22 @@ fn answer_counts(counts: impl Fn() -> [u64; 5]) {
 /// over a client of the worker whose files are in `worker`, mounted at `mount`, until stdin
 /// closes. Over a worker it first plants `ll_floor.c`'s tree through its own mount.
 fn serve_fusefs(mount: &Path, worker: Option<&Path>) {
-    let runtime = runtime(env_or("BENCH_RUNTIME_THREADS", 4));
+    let serving = ServingThreads::new("fuse", 1).unwrap();
+    let runtime = serving.next();
     let calls = Arc::new(Calls::default());
     match worker {
         None => serve_mount(&runtime, Memory, &calls, mount),
         Some(dir) => {
-            let client = {
-                let _in = runtime.enter();
-                WorkerFiles::read(dir).client(VOLUME)
-            };
+            let client = WorkerFiles::read(dir).client_on(VOLUME, runtime.clone());
             serve_mount(&runtime, client, &calls, mount);
         }
     }
 }
 
+/// Serves `service` at `mount` on the serving thread whose runtime is `runtime`, and answers
+/// the counts until stdin closes.
 fn serve_mount<S: FileService>(
-    runtime: &tokio::runtime::Runtime,
+    runtime: &tokio::runtime::Handle,
     service: S,
     calls: &Arc<Calls>,
     mount: &Path,
@@ -281,7 +293,12 @@ fn serve_mount<S: FileService>(
         calls: Arc::clone(calls),
     };
     let fs = Arc::new(Fs::new(service, FsConfig::default()).unwrap());
-    let mut mounted = runtime.block_on(fusefs::mount(fs, VOLUME, mount)).unwrap();
+    let path = mount.to_owned();
+    // The serving thread drives the runtime; this thread only waits.
+    let mut mounted = runtime
+        .block_on(runtime.spawn(async move { fusefs::mount(fs, VOLUME, &path).await }))
+        .unwrap()
+        .unwrap();
     let dir = mount.join("d");
     if fs::symlink_metadata(&dir).is_err() {
         fs::create_dir(&dir).unwrap();
@@ -896,7 +913,11 @@ fn main() {
     if split {
         pin([0]);
     }
-    let client_runtime = runtime(2);
+    // Calls and their connections take turns on this thread, as on a serving thread.
+    let client_runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
     let caller = |dir: &Path, volume: &str| {
         let _in = client_runtime.enter();
         Caller {

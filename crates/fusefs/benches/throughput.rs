@@ -20,7 +20,8 @@
 //!
 //! Environment (defaults are the figures): `BENCH_SIZE_MIB` (1024), `BENCH_ROUNDS` (3),
 //! `BENCH_FILES` (10000), `BENCH_RANDOM_READS` (2000), `BENCH_RUNTIME_THREADS` (the tokio
-//! worker threads that serve both the FUSE session and the worker; 4), `BENCH_CALL_KIB`
+//! worker threads that serve the worker; 4; the FUSE sessions run as the node runs a stage, on
+//! a serving thread of their own with their worker connections: [`fusefs::ServingThreads`]), `BENCH_CALL_KIB`
 //! (fusefs's `call_data_bytes` in KiB; its default), `TMPDIR` (where the
 //! worker's state, the sshfs export and the mount points go), `BENCH_CURVE` (the directory
 //! sizes of the curve, `1000,10000,100000`; empty for none), `BENCH_TREE_FILES` (the files of
@@ -57,12 +58,13 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use fusefs::testing::WorkerVolume;
-use fusefs::{FileService, Fs, FsConfig, Mounted};
+use fusefs::{FileService, Fs, FsConfig, Mounted, ServingThreads};
 use lease_client::protocol::{ROOT_INO, RequestId};
 use lease_client::v1;
 use lease_client::v1::reply::Result as ReplyResult;
 use lease_client::v1::request::Op;
 use lease_client::{Budgets, Client, HttpsTransport};
+use tokio::runtime::Handle;
 use worker::{AccessMode, Timings};
 
 use common::{bad_setting, env_or, loadavg, median, memory, runtime};
@@ -453,12 +455,12 @@ struct Replicated {
 }
 
 impl Replicated {
-    async fn start(work: &Path, call_data_bytes: usize) -> Replicated {
+    async fn start(work: &Path, call_data_bytes: usize, serving: Handle) -> Replicated {
         let state = tempfile::tempdir_in(work).unwrap();
         let volume = WorkerVolume::start(state.path(), VOLUME, AccessMode::Rwx, Timings::default())
             .await
             .unwrap();
-        let client = volume.client(Budgets::default());
+        let client = volume.client_on(Budgets::default(), serving.clone());
         let stats = Arc::new(CallStats::default());
         let client = Timed {
             inner: client,
@@ -471,7 +473,7 @@ impl Replicated {
         let fs = Arc::new(Fs::new(client, config).unwrap());
         let mount_point = state.path().join("mnt");
         fs::create_dir(&mount_point).unwrap();
-        let mounted = fusefs::mount(fs, VOLUME, &mount_point).await.unwrap();
+        let mounted = mount_on(&serving, fs, &mount_point).await;
         let backing = volume.backing_dir();
         Replicated {
             _state: state,
@@ -494,6 +496,20 @@ impl Replicated {
             volume.stop().await;
         }
     }
+}
+
+/// Mounts `fs` at `mount_point` as a task on a serving thread's runtime, as the node does.
+async fn mount_on<S: FileService>(
+    serving: &Handle,
+    fs: Arc<Fs<S>>,
+    mount_point: &Path,
+) -> Mounted<S> {
+    let path = mount_point.to_owned();
+    serving
+        .spawn(async move { fusefs::mount(fs, VOLUME, &path).await })
+        .await
+        .unwrap()
+        .unwrap()
 }
 
 /// A worker that answers at once from memory: the root holds the directory `small`, which
@@ -634,7 +650,7 @@ struct InstantFigures {
 }
 
 impl InstantMount {
-    async fn start(work: &Path, call_data_bytes: usize) -> InstantMount {
+    async fn start(work: &Path, call_data_bytes: usize, serving: Handle) -> InstantMount {
         let config = FsConfig {
             call_data_bytes,
             ..FsConfig::default()
@@ -642,9 +658,7 @@ impl InstantMount {
         let fs = Arc::new(Fs::new(InstantWorker::default(), config).unwrap());
         let mount_point = work.join("instant");
         fs::create_dir(&mount_point).unwrap();
-        let mounted = fusefs::mount(Arc::clone(&fs), VOLUME, &mount_point)
-            .await
-            .unwrap();
+        let mounted = mount_on(&serving, Arc::clone(&fs), &mount_point).await;
         InstantMount { mounted, fs }
     }
 
@@ -1127,7 +1141,12 @@ fn main() {
         one_line("df", &["-h", "--output=avail", work_root.to_str().unwrap()]).replace('\n', " ")
     );
     let runtime = runtime(settings.runtime_threads);
-    let replicated = runtime.block_on(Replicated::start(work.path(), settings.call_kib << 10));
+    let serving = ServingThreads::new("fuse", 1).unwrap();
+    let replicated = runtime.block_on(Replicated::start(
+        work.path(),
+        settings.call_kib << 10,
+        serving.next(),
+    ));
     let mut sshfs = match Sshfs::start(work.path()) {
         Ok(sshfs) => sshfs,
         Err(e) => {
@@ -1141,7 +1160,11 @@ fn main() {
         replicated.backing.clone(),
         sshfs.mount_point().to_owned(),
     ];
-    let mut instant = runtime.block_on(InstantMount::start(work.path(), settings.call_kib << 10));
+    let mut instant = runtime.block_on(InstantMount::start(
+        work.path(),
+        settings.call_kib << 10,
+        serving.next(),
+    ));
     let mut instant_rounds = Vec::new();
     let mut block = Block::new();
     let mut loads = vec![loadavg()];
