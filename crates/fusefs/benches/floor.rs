@@ -293,11 +293,9 @@ fn serve_mount<S: FileService>(
         calls: Arc::clone(calls),
     };
     let fs = Arc::new(Fs::new(service, FsConfig::default()).unwrap());
-    let path = mount.to_owned();
     // The serving thread drives the runtime; this thread only waits.
     let mut mounted = runtime
-        .block_on(runtime.spawn(async move { fusefs::mount(fs, VOLUME, &path).await }))
-        .unwrap()
+        .block_on(fusefs::mount_on(runtime, fs, VOLUME, mount))
         .unwrap();
     let dir = mount.join("d");
     if fs::symlink_metadata(&dir).is_err() {

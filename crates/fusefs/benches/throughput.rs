@@ -473,7 +473,9 @@ impl Replicated {
         let fs = Arc::new(Fs::new(client, config).unwrap());
         let mount_point = state.path().join("mnt");
         fs::create_dir(&mount_point).unwrap();
-        let mounted = mount_on(&serving, fs, &mount_point).await;
+        let mounted = fusefs::mount_on(&serving, fs, VOLUME, &mount_point)
+            .await
+            .unwrap();
         let backing = volume.backing_dir();
         Replicated {
             _state: state,
@@ -496,20 +498,6 @@ impl Replicated {
             volume.stop().await;
         }
     }
-}
-
-/// Mounts `fs` at `mount_point` as a task on a serving thread's runtime, as the node does.
-async fn mount_on<S: FileService>(
-    serving: &Handle,
-    fs: Arc<Fs<S>>,
-    mount_point: &Path,
-) -> Mounted<S> {
-    let path = mount_point.to_owned();
-    serving
-        .spawn(async move { fusefs::mount(fs, VOLUME, &path).await })
-        .await
-        .unwrap()
-        .unwrap()
 }
 
 /// A worker that answers at once from memory: the root holds the directory `small`, which
@@ -658,7 +646,9 @@ impl InstantMount {
         let fs = Arc::new(Fs::new(InstantWorker::default(), config).unwrap());
         let mount_point = work.join("instant");
         fs::create_dir(&mount_point).unwrap();
-        let mounted = mount_on(&serving, Arc::clone(&fs), &mount_point).await;
+        let mounted = fusefs::mount_on(&serving, Arc::clone(&fs), VOLUME, &mount_point)
+            .await
+            .unwrap();
         InstantMount { mounted, fs }
     }
 

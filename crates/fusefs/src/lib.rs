@@ -94,7 +94,7 @@ pub use fs::{
 };
 pub use mount::{
     AdoptFailed, FS_TYPE, FUSECTL, HandOver, MountError, Mounted, PauseFailed, SUBTYPE,
-    abort_connection, adopt, mount,
+    abort_connection, adopt, mount, mount_on,
 };
 pub use nodes::NodeState;
 pub use reply::{

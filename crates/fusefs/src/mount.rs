@@ -219,6 +219,30 @@ pub async fn mount<S: FileService>(
     Ok(Mounted::start(fs, session, path, volume_id, device))
 }
 
+/// [`mount`] run as a task on `runtime` (a serving thread's: [`crate::ServingThreads`]), so
+/// that the session and the tasks the mount starts run there, wherever the caller runs. A
+/// runtime that shuts down before the mount is done fails it with [`MountError::Io`].
+pub async fn mount_on<S: FileService>(
+    runtime: &tokio::runtime::Handle,
+    fs: Arc<Fs<S>>,
+    volume_id: &str,
+    path: &Path,
+) -> Result<Mounted<S>, MountError> {
+    let (id, at) = (volume_id.to_owned(), path.to_owned());
+    match runtime
+        .spawn(async move { mount(fs, &id, &at).await })
+        .await
+    {
+        Ok(mounted) => mounted,
+        Err(failed) if failed.is_panic() => std::panic::resume_unwind(failed.into_panic()),
+        Err(_) => Err(MountError::Io {
+            op: "serving",
+            path: path.to_owned(),
+            source: io::Error::other("the serving thread's runtime shut down"),
+        }),
+    }
+}
+
 /// Serves a live, initialized connection of volume `volume_id` mounted at `path`, handed
 /// over by a paused mount of this or another process, with `fs`: no INIT is exchanged, and
 /// the renewal of the handles `fs` holds starts again. `fs` must know the nodes and handles

@@ -8,7 +8,7 @@
 //! server's CPU per `lstat` by about a third (the fusefs README, "Serving threads").
 //!
 //! A mount is placed on a thread by running everything that spawns its tasks there: its
-//! session (start [`mount`](crate::mount) as a task on the thread's runtime, or call
+//! session ([`mount_on`](crate::mount_on) the thread's runtime, or call
 //! [`adopt`](crate::adopt) inside [`Handle::enter`]) and its worker connections (a transport
 //! made with `HttpsTransport::on_runtime`). Mounts are spread over the threads in turn; one
 //! mount is served by one thread, so a mount's requests use at most one CPU between them.

@@ -321,7 +321,7 @@ impl Owner {
         let mounted = match fusefs::Fs::new(client, self.fs_config()) {
             Ok(fs) => {
                 self.observe(&fs);
-                mount_on(&runtime, Arc::new(fs), &volume_id, staging).await
+                fusefs::mount_on(&runtime, Arc::new(fs), &volume_id, staging).await
             }
             Err(nonce) => Err(fusefs::MountError::from(nonce)),
         };
@@ -819,29 +819,5 @@ pub(crate) async fn refresh_credentials(
                 "the volume's new credentials are unusable; the current ones stay"
             ),
         }
-    }
-}
-
-/// [`fusefs::mount`] run as a task on the stage's serving thread (`runtime`), so that its
-/// session and the tasks it starts run there.
-async fn mount_on(
-    runtime: &tokio::runtime::Handle,
-    fs: Arc<fusefs::Fs<WorkerClient>>,
-    volume_id: &str,
-    staging: &Path,
-) -> Result<fusefs::Mounted<WorkerClient>, fusefs::MountError> {
-    let (id, path) = (volume_id.to_owned(), staging.to_owned());
-    match runtime
-        .spawn(async move { fusefs::mount(fs, &id, &path).await })
-        .await
-    {
-        Ok(mounted) => mounted,
-        Err(failed) if failed.is_panic() => std::panic::resume_unwind(failed.into_panic()),
-        // Only a runtime shutting down cancels the task: the owner is stopping.
-        Err(_) => Err(fusefs::MountError::Io {
-            op: "serving",
-            path: staging.to_owned(),
-            source: std::io::Error::other("the serving thread has stopped"),
-        }),
     }
 }

@@ -4,11 +4,13 @@
 use std::fs;
 use std::io::Write as _;
 use std::os::unix::fs::MetadataExt as _;
+use std::sync::Arc;
 use std::time::Duration;
 
+use fusefs::{Fs, FsConfig, ServingThreads};
 use worker::AccessMode;
 
-use crate::support::Setup;
+use crate::support::{Setup, budgets, register_connection, unregister_connection};
 
 const LIMIT: Duration = Duration::from_secs(60);
 
@@ -228,7 +230,7 @@ fn a_mismatched_adoption_is_refused_and_changes_nothing() {
     let _guard = setup.rt.enter();
 
     let refused = fusefs::adopt(
-        std::sync::Arc::clone(&paused.fs),
+        Arc::clone(&paused.fs),
         &paused.volume_id,
         &paused.path,
         (major, minor + 1),
@@ -241,7 +243,7 @@ fn a_mismatched_adoption_is_refused_and_changes_nothing() {
         refused.error
     );
     let refused = fusefs::adopt(
-        std::sync::Arc::clone(&paused.fs),
+        Arc::clone(&paused.fs),
         &paused.volume_id,
         &elsewhere,
         paused.device,
@@ -254,7 +256,7 @@ fn a_mismatched_adoption_is_refused_and_changes_nothing() {
         refused.error
     );
     let refused = fusefs::adopt(
-        std::sync::Arc::clone(&paused.fs),
+        Arc::clone(&paused.fs),
         "v1.another-volume",
         &paused.path,
         paused.device,
@@ -280,5 +282,51 @@ fn a_mismatched_adoption_is_refused_and_changes_nothing() {
     assert_eq!(fs::read(root.join("file")).unwrap(), b"before");
     fs::write(root.join("file"), b"after").unwrap();
     assert_eq!(fs::read(root.join("file")).unwrap(), b"after");
+    setup.finish();
+}
+
+#[test]
+fn a_mount_on_a_serving_thread_is_served_there_with_its_connection() {
+    let Some(setup) = Setup::new(
+        "a_mount_on_a_serving_thread_is_served_there_with_its_connection",
+        AccessMode::Rwx,
+        LIMIT,
+    ) else {
+        return;
+    };
+    // Made after the namespace switch, so the thread lives in the private namespace.
+    let serving = ServingThreads::new("serving-test", 1).unwrap();
+    let runtime = serving.next();
+    assert_eq!(runtime.metrics().num_alive_tasks(), 0);
+    let client = setup.volume.worker.client_on(budgets(), runtime.clone());
+    let fs = Arc::new(Fs::new(client, FsConfig::default()).unwrap());
+    let path = setup.volume.mount_point("b");
+    // Mounted from the test's multi-threaded runtime, served on the serving thread.
+    let mut mounted = setup
+        .rt
+        .block_on(fusefs::mount_on(
+            &runtime,
+            fs,
+            &setup.volume.spec.volume_id,
+            &path,
+        ))
+        .unwrap();
+    register_connection(mounted.device().1, &path);
+
+    fs::write(setup.root().join("f"), b"through a").unwrap();
+    assert_eq!(fs::read(path.join("f")).unwrap(), b"through a");
+    fs::write(path.join("g"), b"through b").unwrap();
+    assert_eq!(fs::read(setup.root().join("g")).unwrap(), b"through b");
+    // The session, the handle renewal and the worker connection all run there.
+    let tasks = runtime.metrics().num_alive_tasks();
+    assert!(tasks >= 3, "{tasks} tasks on the serving thread");
+
+    let minor = mounted.device().1;
+    setup
+        .rt
+        .block_on(mounted.unmount(Duration::from_secs(5)))
+        .unwrap();
+    unregister_connection(minor);
+    drop(serving);
     setup.finish();
 }

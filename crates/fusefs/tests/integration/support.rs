@@ -367,7 +367,7 @@ fn connections() -> std::sync::MutexGuard<'static, Vec<(u32, PathBuf)>> {
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-fn register_connection(minor: u32, path: &Path) {
+pub(crate) fn register_connection(minor: u32, path: &Path) {
     connections().push((minor, path.to_owned()));
     // Aborting needs fusectl, which not every machine mounts: mount it in the test's private
     // namespace (it goes with the namespace).
@@ -385,7 +385,7 @@ fn register_connection(minor: u32, path: &Path) {
     }
 }
 
-fn unregister_connection(minor: u32) {
+pub(crate) fn unregister_connection(minor: u32) {
     connections().retain(|(m, _)| *m != minor);
 }
 
