@@ -235,13 +235,6 @@ impl WorkerFiles {
         }
     }
 
-    /// A client of `volume` on this worker (call it inside a runtime).
-    fn client(&self, volume: &str) -> Client<HttpsTransport> {
-        let spec = worker::testing::volume(volume, AccessMode::Rwx);
-        worker::testing::client(&self.pki, &spec, &self.endpoint, TOKEN, Budgets::default())
-            .unwrap()
-    }
-
     /// A client of `volume` on this worker whose connections run on `runtime`.
     fn client_on(&self, volume: &str, runtime: tokio::runtime::Handle) -> Client<HttpsTransport> {
         let spec = worker::testing::volume(volume, AccessMode::Rwx);
@@ -916,13 +909,10 @@ fn main() {
         .enable_all()
         .build()
         .unwrap();
-    let caller = |dir: &Path, volume: &str| {
-        let _in = client_runtime.enter();
-        Caller {
-            runtime: &client_runtime,
-            client: WorkerFiles::read(dir).client(volume),
-            next_id: u128::from(std::process::id()) << 64,
-        }
+    let caller = |dir: &Path, volume: &str| Caller {
+        runtime: &client_runtime,
+        client: WorkerFiles::read(dir).client_on(volume, client_runtime.handle().clone()),
+        next_id: u128::from(std::process::id()) << 64,
     };
     let mut echo_stream =
         std::net::TcpStream::connect(fs::read_to_string(&echo_endpoint).unwrap()).unwrap();

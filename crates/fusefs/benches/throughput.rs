@@ -21,8 +21,8 @@
 //! Environment (defaults are the figures): `BENCH_SIZE_MIB` (1024), `BENCH_ROUNDS` (3),
 //! `BENCH_FILES` (10000), `BENCH_RANDOM_READS` (2000), `BENCH_RUNTIME_THREADS` (the tokio
 //! worker threads that serve the worker; 4; the FUSE sessions run as the node runs a stage, on
-//! a serving thread of their own with their worker connections: [`fusefs::ServingThreads`]), `BENCH_CALL_KIB`
-//! (fusefs's `call_data_bytes` in KiB; its default), `TMPDIR` (where the
+//! a serving thread of their own with their worker connections: [`fusefs::ServingThreads`]),
+//! `BENCH_CALL_KIB` (fusefs's `call_data_bytes` in KiB; its default), `TMPDIR` (where the
 //! worker's state, the sshfs export and the mount points go), `BENCH_CURVE` (the directory
 //! sizes of the curve, `1000,10000,100000`; empty for none), `BENCH_TREE_FILES` (the files of
 //! the tree walked, 100000; 0 for none), `BENCH_THREADS` (the thread counts of the parallel
