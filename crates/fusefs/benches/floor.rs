@@ -50,7 +50,9 @@
 //! CPU sleeps in the host) where one on the same CPU costs a few, so an unpinned run is
 //! bimodal: a phase runs fast or slow depending on where the scheduler placed its threads.
 //! `BENCH_PIN=split` fixes the placement: each FUSE request, and each call from the client
-//! rows, crosses CPUs once each way; the hops inside the servers stay on their CPUs.
+//! rows, crosses CPUs once each way; the hops inside the servers stay on their CPUs. Whether
+//! an idle virtual CPU halts at once or polls first (the guest's cpuidle `haltpoll` setting)
+//! decides what such a wake-up costs; the report's header names the setting.
 
 #![allow(
     clippy::unwrap_used,
@@ -82,7 +84,7 @@ use worker::testing::Pki;
 #[path = "common/mod.rs"]
 mod common;
 
-use common::{bad_setting, env_or, loadavg, median, memory, runtime};
+use common::{bad_setting, env_or, idle_policy, loadavg, median, memory, runtime};
 
 /// The files in `d`, as in `ll_floor.c`.
 const FILES: u64 = 1000;
@@ -969,7 +971,8 @@ fn main() {
     let placement = if split {
         format!("client on CPU 0, servers on CPUs 1-{}", cpus - 1)
     } else {
-        "unpinned".to_owned()
+        let allowed = std::thread::available_parallelism().map_or(0, |n| n.get());
+        format!("unpinned, CPUs allowed: {allowed}")
     };
     report(&results, ops, &libfuse_version, &placement);
 }
@@ -988,9 +991,10 @@ fn report(results: &[Vec<Vec<Phase>>], ops: usize, libfuse: &str, placement: &st
     let kernel = fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
     println!();
     println!(
-        "Linux {}, libfuse {libfuse}, {ops} operations per phase, medians of {} rounds, {placement}, load {}",
+        "Linux {}, libfuse {libfuse}, {ops} operations per phase, medians of {} rounds, {placement}, {}, load {}",
         kernel.trim(),
         results.iter().map(Vec::len).max().unwrap_or(0),
+        idle_policy(),
         loadavg(),
     );
     println!();

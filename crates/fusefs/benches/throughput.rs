@@ -67,7 +67,7 @@ use lease_client::{Budgets, Client, HttpsTransport};
 use tokio::runtime::Handle;
 use worker::{AccessMode, Timings};
 
-use common::{bad_setting, env_or, loadavg, median, memory, runtime};
+use common::{bad_setting, env_or, idle_policy, loadavg, median, memory, runtime};
 
 #[path = "common/mod.rs"]
 mod common;
@@ -988,11 +988,12 @@ fn report(settings: &Settings, results: &[Vec<Figures>; 3], cold: bool, loads: &
 
     println!();
     println!(
-        "{} rounds interleaved a, b, c; medians. {}; kernel {}; {} cores; load average {}.{}",
+        "{} rounds interleaved a, b, c; medians. {}; kernel {}; {} cores; {}; load average {}.{}",
         settings.rounds,
         one_line("date", &["-u", "+%Y-%m-%d %H:%M UTC"]),
         one_line("uname", &["-r"]),
         std::thread::available_parallelism().map_or(0, |n| n.get()),
+        idle_policy(),
         loads.join(" → "),
         if cold {
             ""

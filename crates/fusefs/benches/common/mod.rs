@@ -45,6 +45,25 @@ pub(crate) fn loadavg() -> String {
         .join(" ")
 }
 
+/// How this machine's idle CPUs wait: the cpuidle driver and, under `haltpoll` (a KVM
+/// guest's), how long an idle CPU polls before it halts. A wake-up of a halted virtual CPU
+/// is a trip through the host, so this setting moves every latency here by a factor of
+/// three or more (crates/fusefs/README.md, "What a wake-up costs"); each report names it.
+pub(crate) fn idle_policy() -> String {
+    let read = |path: &str| {
+        std::fs::read_to_string(path)
+            .ok()
+            .map(|s| s.trim().to_owned())
+    };
+    let Some(driver) = read("/sys/devices/system/cpu/cpuidle/current_driver") else {
+        return "cpuidle driver unknown".to_owned();
+    };
+    match read("/sys/module/haltpoll/parameters/guest_halt_poll_ns") {
+        Some(ns) if driver == "haltpoll" => format!("cpuidle {driver}, guest_halt_poll_ns {ns}"),
+        _ => format!("cpuidle {driver}"),
+    }
+}
+
 /// The median (the mean of the middle two for an even count); NaN for no values.
 pub(crate) fn median(mut values: Vec<f64>) -> f64 {
     values.sort_by(f64::total_cmp);
