@@ -41,6 +41,8 @@ const ADMIN_BODY_MAX: usize = 64 << 10;
 pub(crate) struct Registered {
     pub(crate) spec: VolumeSpec,
     pub(crate) tx: mpsc::Sender<Command>,
+    /// The volume, for the reads that need not queue ([`volume::apply_now`]).
+    slot: volume::Slot,
 }
 
 pub(crate) struct Shared {
@@ -293,7 +295,7 @@ fn open_existing(shared: &Arc<Shared>) -> Result<(), Error> {
 /// Opens a created volume and starts serving it; refused once the server has stopped.
 pub(crate) fn register(shared: &Arc<Shared>, spec: &VolumeSpec) -> Result<(), Error> {
     let volume = Volume::open(&shared.config.state_dir, spec, options(&shared.config))?;
-    let tx = volume::spawn(
+    let (tx, slot) = volume::spawn(
         volume,
         shared.config.state_dir.clone(),
         Arc::clone(&shared.clock),
@@ -315,6 +317,7 @@ pub(crate) fn register(shared: &Arc<Shared>, spec: &VolumeSpec) -> Result<(), Er
         Registered {
             spec: spec.clone(),
             tx,
+            slot,
         },
     );
     Ok(())
@@ -356,12 +359,17 @@ fn registered_as(shared: &Shared, volume_id: &str, tx: &mpsc::Sender<Command>) -
 }
 
 fn sender(shared: &Shared, volume_id: &str) -> Option<mpsc::Sender<Command>> {
+    served(shared, volume_id).map(|(tx, _)| tx)
+}
+
+/// The queue to the apply loop serving `volume_id`, and its volume's slot.
+fn served(shared: &Shared, volume_id: &str) -> Option<(mpsc::Sender<Command>, volume::Slot)> {
     shared
         .volumes
         .read()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
         .get(volume_id)
-        .map(|r| r.tx.clone())
+        .map(|r| (r.tx.clone(), Arc::clone(&r.slot)))
 }
 
 async fn accept_loop(
@@ -617,7 +625,7 @@ async fn call(
     if shared.faults.minority() {
         return refuse(v1::ErrorKind::NoQuorum, "this endpoint is in a minority");
     }
-    let Some(tx) = sender(&shared, &decoded.volume_id) else {
+    let Some((tx, slot)) = served(&shared, &decoded.volume_id) else {
         return refuse(v1::ErrorKind::UnknownVolume, "no volume with this ID");
     };
     if let Some(result) = shared.faults.stand_in_answer(&decoded.op) {
@@ -627,25 +635,33 @@ async fn call(
             retention_ms(&shared.config),
         )));
     }
-    let (reply, answer) = oneshot::channel();
-    let command = Command::Call {
-        request: Box::new(decoded),
-        digest,
-        reply,
-    };
-    if let Err(mpsc::error::SendError(unsent)) = tx.send(command).await {
-        let deleted = matches!(&unsent, Command::Call { request, .. }
-            if !registered_as(&shared, &request.volume_id, &tx));
-        if deleted {
-            return refuse(v1::ErrorKind::UnknownVolume, "the volume was deleted");
+    let now = volume::apply_now(&slot, &decoded, digest, shared.clock.now_ms());
+    drop(slot);
+    let bytes = match now {
+        Some(bytes) => bytes,
+        None => {
+            let (reply, answer) = oneshot::channel();
+            let command = Command::Call {
+                request: Box::new(decoded),
+                digest,
+                reply,
+            };
+            if let Err(mpsc::error::SendError(unsent)) = tx.send(command).await {
+                let deleted = matches!(&unsent, Command::Call { request, .. }
+                    if !registered_as(&shared, &request.volume_id, &tx));
+                if deleted {
+                    return refuse(v1::ErrorKind::UnknownVolume, "the volume was deleted");
+                }
+                return refuse(v1::ErrorKind::NoQuorum, "the volume is not being served");
+            }
+            let Ok(bytes) = answer.await else {
+                return refuse(
+                    v1::ErrorKind::Uncertain,
+                    "the apply loop stopped while the request was queued",
+                );
+            };
+            bytes
         }
-        return refuse(v1::ErrorKind::NoQuorum, "the volume is not being served");
-    }
-    let Ok(bytes) = answer.await else {
-        return refuse(
-            v1::ErrorKind::Uncertain,
-            "the apply loop stopped while the request was queued",
-        );
     };
     let delay = shared.faults.delay();
     if !delay.is_zero() {

@@ -1,14 +1,21 @@
-//! One volume's state and the single apply loop that owns it.
+//! One volume's state and the single apply loop that changes it.
 //!
 //! [`Volume::apply`] decides one request synchronously, in the order requests arrive: identity
 //! checks, handle reclamation, the epoch check (RWO), the reply cache, the operation, and the
 //! journal write of any durable change, which happens before the reply exists. The loop in
-//! [`spawn`] runs it on a dedicated thread that owns the volume; callers send requests over a
-//! channel with a one-shot for the reply, so the order in which the thread receives requests
-//! is the committed order.
+//! [`spawn`] runs it on a dedicated thread; callers send requests over a channel with a
+//! one-shot for the reply, so the order in which the thread receives requests is the committed
+//! order.
+//!
+//! The volume sits in a [`Slot`], a mutex the loop holds while it applies a command. A lookup
+//! or a getattr need not queue: [`apply_now`] applies it on the caller's thread when the slot
+//! is free, which saves the hop to the loop's thread and back. Everything a request sees is
+//! still applied one at a time under that mutex, and a read changes no file, so the committed
+//! order of changes is the loop's, and a read sees every change acknowledged before it was
+//! sent (its reply was written after the change was applied and the mutex released).
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use rustix::fs::{Mode, OFlags};
@@ -464,36 +471,73 @@ pub(crate) enum Command {
     Stop { done: oneshot::Sender<()> },
 }
 
+/// A volume shared by its apply loop and [`apply_now`]: the loop locks it for every command
+/// it applies. `None` while the loop reloads the volume and once it has stopped.
+pub(crate) type Slot = Arc<Mutex<Option<Volume>>>;
+
 /// Starts the apply loop of `volume` on its own thread; it ends when every sender is gone.
-/// Each mutation it applies is noted in `faults` ([`Faults::log_applied`]).
+/// Each mutation it applies is noted in `faults` ([`Faults::log_applied`]). The sender and the
+/// volume's slot, for [`apply_now`].
 pub(crate) fn spawn(
     volume: Volume,
     state_dir: PathBuf,
     clock: Arc<dyn Clock>,
     queue: usize,
     faults: Faults,
-) -> Result<mpsc::Sender<Command>, Error> {
+) -> Result<(mpsc::Sender<Command>, Slot), Error> {
     let (tx, rx) = mpsc::channel(queue.max(1));
     let name = format!("apply-{}", volume.spec.volume_id);
     let name = name.chars().take(15).collect::<String>();
+    let slot = Arc::new(Mutex::new(Some(volume)));
+    let owned = Arc::clone(&slot);
     std::thread::Builder::new()
         .name(name)
-        .spawn(move || apply_loop(volume, rx, &state_dir, clock.as_ref(), &faults))
+        .spawn(move || apply_loop(&owned, rx, &state_dir, clock.as_ref(), &faults))
         .map_err(|e| Error::io("start the apply loop for", PathBuf::new(), e))?;
-    Ok(tx)
+    Ok((tx, slot))
+}
+
+/// Applies a lookup or a getattr on the calling thread, if the volume is free: its reply.
+/// `None`, and the request is to be queued, when it is another operation, when the apply loop
+/// holds the volume (the request then waits behind what the loop is applying), when the volume
+/// is not loaded, or when an earlier apply panicked.
+///
+/// These two need no queue: they change no file and read no file data, and applying them
+/// under the slot's mutex keeps them in line with every change (see the module's
+/// documentation). Most are a `stat` and a table lookup. The exceptions write the journal (an
+/// `fsync`) on the calling thread: a lookup that names an inode for the first time, once per
+/// inode, and an epoch check that retires an expired lease, once per lease.
+pub(crate) fn apply_now(
+    slot: &Slot,
+    request: &DecodedRequest,
+    digest: Digest,
+    now_ms: u64,
+) -> Option<Bytes> {
+    if !matches!(request.op, Op::Lookup(_) | Op::Getattr(_)) {
+        return None;
+    }
+    let mut guard = slot.try_lock().ok()?;
+    let (bytes, _) = guard.as_mut()?.apply(request, digest, now_ms);
+    Some(bytes)
 }
 
 fn apply_loop(
-    volume: Volume,
+    slot: &Slot,
     mut rx: mpsc::Receiver<Command>,
     state_dir: &Path,
     clock: &dyn Clock,
     faults: &Faults,
 ) {
-    let spec = volume.spec.clone();
-    let options = volume.options;
-    let mut volume = Some(volume);
+    // Poisoned: an apply panicked, on this thread or a caller's. The loop ends, as it did when
+    // the volume was its own: queued callers see their reply dropped, later ones a closed queue.
+    let lock = || slot.lock().ok();
+    let Some((spec, options)) =
+        lock().and_then(|v| v.as_ref().map(|v| (v.spec.clone(), v.options)))
+    else {
+        return;
+    };
     while let Some(command) = rx.blocking_recv() {
+        let Some(mut volume) = lock() else { return };
         match command {
             Command::Call {
                 request,
@@ -522,9 +566,19 @@ fn apply_loop(
                 }
             }
             Command::Reload { done } => {
-                volume = None;
+                // The old state goes first (its descriptors closed), then the volume is read
+                // from disk with the slot free: a lookup meanwhile finds no volume and queues.
+                *volume = None;
+                drop(volume);
                 let reopened = Volume::open(state_dir, &spec, options);
-                let result = reopened.map(|v| volume = Some(v));
+                let result = match (reopened, lock()) {
+                    (Ok(reopened), Some(mut volume)) => {
+                        *volume = Some(reopened);
+                        Ok(())
+                    }
+                    (Ok(_), None) => return,
+                    (Err(error), _) => Err(error),
+                };
                 let _ = done.send(result);
             }
             Command::Inspect { reply } => {
@@ -532,6 +586,7 @@ fn apply_loop(
             }
             Command::Stop { done } => {
                 drop(volume.take());
+                drop(volume);
                 // Senders still waiting for room now fail; what is already queued is refused.
                 rx.close();
                 while let Some(queued) = rx.blocking_recv() {
@@ -571,59 +626,74 @@ fn refuse_deleted(command: Command, volume_id: &str, retention_ms: u64) {
 
 #[cfg(test)]
 mod tests {
+    use std::path::Path;
+    use std::sync::{Arc, Mutex};
+
     use tokio::sync::{mpsc, oneshot};
     use worker_proto::v1;
     use worker_proto::v1::request::Op;
     use worker_proto::{
-        AccessMode, ROOT_INO, ROOT_INODE_GENERATION, decode_reply, decode_request, encode_request,
+        AccessMode, DecodedRequest, ROOT_INO, ROOT_INODE_GENERATION, decode_reply, decode_request,
+        encode_request,
     };
 
-    use super::{Command, Volume, VolumeOptions, apply_loop};
+    use super::{Command, Slot, Volume, VolumeOptions, apply_loop, apply_now};
     use crate::clock::ManualClock;
     use crate::config::VolumeSpec;
     use crate::error::Error;
     use crate::{dedup, meta};
 
-    fn getattr(id: u8) -> (Command, oneshot::Receiver<bytes::Bytes>) {
+    fn root() -> Option<v1::FileId> {
+        Some(v1::FileId {
+            ino: ROOT_INO,
+            inode_generation: ROOT_INODE_GENERATION,
+        })
+    }
+
+    /// A decoded request of volume `v` with the request ID `[id; 16]`, and its digest.
+    fn request(id: u8, op: Op) -> (DecodedRequest, dedup::Digest) {
         let body = encode_request(&v1::Request {
             volume_id: "v".into(),
             volume_generation: 1,
             request_id: vec![id; 16],
             mount_epoch: Vec::new(),
             access_mode: AccessMode::Rwx.into(),
-            op: Some(Op::Getattr(v1::GetattrRequest {
-                file: Some(v1::FileId {
-                    ino: ROOT_INO,
-                    inode_generation: ROOT_INODE_GENERATION,
-                }),
-                handle: None,
-            })),
+            op: Some(op),
         });
+        (decode_request(body.clone()).unwrap(), dedup::digest(&body))
+    }
+
+    fn getattr_op() -> Op {
+        Op::Getattr(v1::GetattrRequest {
+            file: root(),
+            handle: None,
+        })
+    }
+
+    /// A call of `op` for the loop, and where its reply arrives.
+    fn call(id: u8, op: Op) -> (Command, oneshot::Receiver<bytes::Bytes>) {
+        let (request, digest) = request(id, op);
         let (reply, answer) = oneshot::channel();
         let command = Command::Call {
-            request: Box::new(decode_request(body.clone()).unwrap()),
-            digest: dedup::digest(&body),
+            request: Box::new(request),
+            digest,
             reply,
         };
         (command, answer)
     }
 
-    fn result(answer: oneshot::Receiver<bytes::Bytes>) -> v1::reply::Result {
-        decode_reply(answer.blocking_recv().unwrap())
-            .unwrap()
-            .result
-            .unwrap()
+    fn getattr(id: u8) -> (Command, oneshot::Receiver<bytes::Bytes>) {
+        call(id, getattr_op())
     }
 
-    #[test]
-    fn a_stop_drops_the_volume_and_refuses_what_is_queued_behind_it() {
-        let state = tempfile::tempdir().unwrap();
+    /// Volume `v` (RWX), created and opened in `state`.
+    fn open_volume(state: &Path) -> Volume {
         let spec = VolumeSpec {
             volume_id: "v".into(),
             volume_generation: 1,
             access_mode: crate::AccessMode::Rwx,
         };
-        meta::create(&meta::volume_dir(state.path(), "v"), &spec).unwrap();
+        meta::create(&meta::volume_dir(state, "v"), &spec).unwrap();
         let options = VolumeOptions {
             lease_ms: 90_000,
             handle_lease_ms: 60_000,
@@ -632,7 +702,21 @@ mod tests {
             compact_after: 1000,
             reopen: crate::inode::reopen_for_tests(),
         };
-        let volume = Volume::open(state.path(), &spec, options).unwrap();
+        Volume::open(state, &spec, options).unwrap()
+    }
+
+    fn decoded(bytes: bytes::Bytes) -> v1::reply::Result {
+        decode_reply(bytes).unwrap().result.unwrap()
+    }
+
+    fn result(answer: oneshot::Receiver<bytes::Bytes>) -> v1::reply::Result {
+        decoded(answer.blocking_recv().unwrap())
+    }
+
+    #[test]
+    fn a_stop_drops_the_volume_and_refuses_what_is_queued_behind_it() {
+        let state = tempfile::tempdir().unwrap();
+        let volume = open_volume(state.path());
 
         // Everything is queued before the loop runs, so the order is fixed.
         let (tx, rx) = mpsc::channel(8);
@@ -650,7 +734,7 @@ mod tests {
 
         // The loop returns at the stop although `tx` is still alive.
         apply_loop(
-            volume,
+            &Arc::new(Mutex::new(Some(volume))),
             rx,
             state.path(),
             &ManualClock::new(1),
@@ -669,5 +753,79 @@ mod tests {
             Err(Error::UnknownVolume { .. })
         ));
         assert!(tx.is_closed(), "later senders fail instead of waiting");
+    }
+
+    /// A lookup or a getattr is applied on the caller's thread when the volume is free, and
+    /// sees what the loop acknowledged before it; it is left to the queue while the loop holds
+    /// the volume and once the loop has stopped, and every other operation always is.
+    #[test]
+    fn lookups_and_getattrs_are_applied_at_once_in_line_with_the_loop() {
+        let state = tempfile::tempdir().unwrap();
+        let slot: Slot = Arc::new(Mutex::new(Some(open_volume(state.path()))));
+        let (tx, rx) = mpsc::channel(8);
+        let apply = {
+            let slot = Arc::clone(&slot);
+            let dir = state.path().to_owned();
+            std::thread::spawn(move || {
+                apply_loop(
+                    &slot,
+                    rx,
+                    &dir,
+                    &ManualClock::new(1),
+                    &crate::Faults::default(),
+                );
+            })
+        };
+        let lookup = |id| {
+            request(
+                id,
+                Op::Lookup(v1::LookupRequest {
+                    parent: root(),
+                    name: b"d".to_vec(),
+                }),
+            )
+        };
+        let now = |(request, digest): (DecodedRequest, _)| apply_now(&slot, &request, digest, 1);
+
+        let missing = decoded(now(lookup(1)).expect("the volume is free"));
+        assert!(
+            matches!(missing, v1::reply::Result::Error(_)),
+            "{missing:?}"
+        );
+        let (mkdir, made) = call(
+            2,
+            Op::Mkdir(v1::MkdirRequest {
+                parent: root(),
+                name: b"d".to_vec(),
+                mode: 0o755,
+                umask: 0,
+                caller: Some(v1::Caller::default()),
+            }),
+        );
+        tx.blocking_send(mkdir).unwrap();
+        let made = result(made);
+        assert!(matches!(made, v1::reply::Result::Mkdir(_)), "{made:?}");
+        let found = decoded(now(lookup(3)).expect("the volume is free"));
+        assert!(matches!(found, v1::reply::Result::Lookup(_)), "{found:?}");
+        let root = decoded(now(request(4, getattr_op())).expect("the volume is free"));
+        assert!(matches!(root, v1::reply::Result::Getattr(_)), "{root:?}");
+
+        let held = slot.lock().unwrap();
+        assert!(
+            now(lookup(5)).is_none(),
+            "applied while the loop held the volume"
+        );
+        drop(held);
+        let statfs = request(6, Op::Statfs(v1::StatfsRequest {}));
+        assert!(
+            now(statfs).is_none(),
+            "only lookups and getattrs skip the queue"
+        );
+
+        let (done, stopped) = oneshot::channel();
+        tx.blocking_send(Command::Stop { done }).unwrap();
+        stopped.blocking_recv().unwrap();
+        apply.join().unwrap();
+        assert!(now(lookup(7)).is_none(), "applied after the loop stopped");
     }
 }
