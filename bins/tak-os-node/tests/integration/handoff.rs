@@ -24,8 +24,9 @@ use tak_os_node::keeper::protocol::{self, Answer, Deposit, Request};
 
 use crate::crash::{CallLog, HOLD_TAKEOVER, client_of, request_id_hex, spawn_owner_with};
 use crate::support::{
-    Cluster, NodeSide, ServerProcess, VerifiedStream, epoch_of, mount_id, mounts_under, privileged,
-    publish_request, stage_request, unpublish_request, unstage_request,
+    Cluster, NodeSide, ServerProcess, VerifiedStream, assert_served_on_serving_threads, epoch_of,
+    mount_id, mounts_under, privileged, publish_request, stage_request, unpublish_request,
+    unstage_request,
 };
 
 const CHILD_ENV: &str = "TAK_OS_NODE_TEST_KEEPER";
@@ -327,6 +328,9 @@ fn five_owner_upgrades_under_io_lose_nothing() {
         );
 
         held.still_work(4);
+
+        // The last owner serves the stage it adopted on its serving threads.
+        assert_served_on_serving_threads(&owner.child.id().to_string(), &target.join("stream"));
 
         assert_eq!(epoch_of(&staging), epoch, "the lease epoch is unchanged");
         assert_eq!(

@@ -13,8 +13,8 @@ use tak_os_node::context;
 use tonic::Code;
 
 use crate::support::{
-    Cluster, capability, code_of, error_text, mounts_under, privileged, publish_request,
-    stage_request, unpublish_request, unstage_request,
+    Cluster, assert_served_on_serving_threads, capability, code_of, error_text, mounts_under,
+    privileged, publish_request, stage_request, unpublish_request, unstage_request,
 };
 
 #[test]
@@ -78,6 +78,8 @@ fn rwx_stage_publish_twice_write_read_and_tear_down_idempotently() {
             file.read_exact_at(&mut buf, 8).unwrap();
             assert_eq!(&buf, b"one pub");
             drop(file);
+
+            assert_served_on_serving_threads("self", &reader.join("data"));
 
             let stats = owner
                 .volume_stats(&NodeGetVolumeStatsRequest {

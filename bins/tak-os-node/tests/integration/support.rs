@@ -280,6 +280,51 @@ pub(crate) fn mounts_under(path: &Path) -> Vec<String> {
 }
 
 /// Runs `body` on a multi-threaded runtime inside a private mount namespace, or skips.
+/// Asserts that the owner `process` (a PID, or `self`) serves the mount under `path` on its
+/// serving threads (`fuse-0`, `fuse-1`, …; [`fusefs::ServingThreads`]): a thousand `lstat`s of
+/// `path`, a few FUSE requests and worker calls each, cost those threads hundreds of
+/// milliseconds of CPU time, where idle threads gain none.
+pub(crate) fn assert_served_on_serving_threads(process: &str, path: &Path) {
+    let before = serving_threads_cpu_ticks(process);
+    for _ in 0..1000 {
+        fs::symlink_metadata(path).unwrap();
+    }
+    let ticks = serving_threads_cpu_ticks(process) - before;
+    assert!(
+        ticks >= 5,
+        "process {process}'s serving threads took {ticks} ticks of CPU time for 1000 lstats"
+    );
+}
+
+/// The CPU time so far, in clock ticks, of `process`'s threads named `fuse-N`.
+fn serving_threads_cpu_ticks(process: &str) -> u64 {
+    let mut ticks = 0;
+    for task in fs::read_dir(format!("/proc/{process}/task"))
+        .unwrap()
+        .flatten()
+    {
+        let comm = fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+        if !comm.starts_with("fuse-") {
+            continue;
+        }
+        // After the command's closing parenthesis: field 3 (state) on; utime and stime are
+        // fields 14 and 15.
+        let stat = fs::read_to_string(task.path().join("stat")).unwrap_or_default();
+        let fields: Vec<&str> = stat
+            .rsplit_once(") ")
+            .map_or("", |(_, rest)| rest)
+            .split_whitespace()
+            .collect();
+        for index in [11, 12] {
+            ticks += fields
+                .get(index)
+                .and_then(|f| f.parse::<u64>().ok())
+                .unwrap_or(0);
+        }
+    }
+    ticks
+}
+
 pub(crate) fn privileged(test: &str, body: impl AsyncFnOnce()) {
     if !test_support::private_mount_namespace_with_fuse(test) {
         return;
