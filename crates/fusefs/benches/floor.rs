@@ -971,8 +971,7 @@ fn main() {
     let placement = if split {
         format!("client on CPU 0, servers on CPUs 1-{}", cpus - 1)
     } else {
-        let allowed = std::thread::available_parallelism().map_or(0, |n| n.get());
-        format!("unpinned, CPUs allowed: {allowed}")
+        format!("unpinned, CPUs allowed: {cpus}")
     };
     report(&results, ops, &libfuse_version, &placement);
 }

@@ -635,9 +635,7 @@ async fn call(
             retention_ms(&shared.config),
         )));
     }
-    let now = volume::apply_now(&slot, &decoded, digest, shared.clock.now_ms());
-    drop(slot);
-    let bytes = match now {
+    let bytes = match volume::apply_now(&slot, &decoded, digest, shared.clock.now_ms()) {
         Some(bytes) => bytes,
         None => {
             let (reply, answer) = oneshot::channel();

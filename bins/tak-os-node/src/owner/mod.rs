@@ -117,9 +117,13 @@ pub struct OwnerConfig {
     pub calls: Option<Arc<dyn fusefs::CallObserver>>,
     /// How many threads serve the stages ([`fusefs::ServingThreads`]); zero means one per
     /// CPU the process may use. Each stage is served by one of them, its FUSE session and its
-    /// worker connections together.
+    /// worker connections together. They are named [`SERVING_THREADS`]`-0`, `-1` and so on.
     pub serving_threads: usize,
 }
+
+/// The name of the owner's serving threads, before each one's index (`fuse-0`, `fuse-1`, …),
+/// as `ps -L` and `/proc/<pid>/task/*/comm` show them.
+pub const SERVING_THREADS: &str = "fuse";
 
 impl OwnerConfig {
     /// The defaults for node `node_id`: kubelet in `/var/lib/kubelet`, credentials from
@@ -261,8 +265,8 @@ impl Owner {
             .as_ref()
             .map(|path| Arc::new(crate::keeper::KeeperLink::new(path)));
         let serving = match config.serving_threads {
-            0 => fusefs::ServingThreads::per_cpu("fuse"),
-            count => fusefs::ServingThreads::new("fuse", count),
+            0 => fusefs::ServingThreads::per_cpu(SERVING_THREADS),
+            count => fusefs::ServingThreads::new(SERVING_THREADS, count),
         }
         .map_err(Error::Threads)?;
         Ok(Owner {

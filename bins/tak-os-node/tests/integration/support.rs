@@ -279,9 +279,8 @@ pub(crate) fn mounts_under(path: &Path) -> Vec<String> {
         .collect()
 }
 
-/// Runs `body` on a multi-threaded runtime inside a private mount namespace, or skips.
 /// Asserts that the owner `process` (a PID, or `self`) serves the mount under `path` on its
-/// serving threads (`fuse-0`, `fuse-1`, …; [`fusefs::ServingThreads`]): a thousand `lstat`s of
+/// serving threads ([`tak_os_node::owner::SERVING_THREADS`]): a thousand `lstat`s of
 /// `path`, a few FUSE requests and worker calls each, cost those threads hundreds of
 /// milliseconds of CPU time, where idle threads gain none.
 pub(crate) fn assert_served_on_serving_threads(process: &str, path: &Path) {
@@ -296,7 +295,7 @@ pub(crate) fn assert_served_on_serving_threads(process: &str, path: &Path) {
     );
 }
 
-/// The CPU time so far, in clock ticks, of `process`'s threads named `fuse-N`.
+/// The CPU time so far, in clock ticks, of `process`'s serving threads.
 fn serving_threads_cpu_ticks(process: &str) -> u64 {
     let mut ticks = 0;
     for task in fs::read_dir(format!("/proc/{process}/task"))
@@ -304,7 +303,11 @@ fn serving_threads_cpu_ticks(process: &str) -> u64 {
         .flatten()
     {
         let comm = fs::read_to_string(task.path().join("comm")).unwrap_or_default();
-        if !comm.starts_with("fuse-") {
+        let serving = comm
+            .strip_prefix(tak_os_node::owner::SERVING_THREADS)
+            .and_then(|rest| rest.strip_prefix('-'))
+            .is_some_and(|index| index.trim_end().parse::<usize>().is_ok());
+        if !serving {
             continue;
         }
         // After the command's closing parenthesis: field 3 (state) on; utime and stime are
@@ -325,6 +328,7 @@ fn serving_threads_cpu_ticks(process: &str) -> u64 {
     ticks
 }
 
+/// Runs `body` on a multi-threaded runtime inside a private mount namespace, or skips.
 pub(crate) fn privileged(test: &str, body: impl AsyncFnOnce()) {
     if !test_support::private_mount_namespace_with_fuse(test) {
         return;

@@ -47,8 +47,9 @@ pub(crate) fn loadavg() -> String {
 
 /// How this machine's idle CPUs wait: the cpuidle driver and, under `haltpoll` (a KVM
 /// guest's), how long an idle CPU polls before it halts. A wake-up of a halted virtual CPU
-/// is a trip through the host, so this setting moves every latency here by a factor of
-/// three or more (crates/fusefs/README.md, "What a wake-up costs"); each report names it.
+/// is a trip through the host, so on this project's benchmark machine this setting moved a
+/// worker call's latency 3.9-fold and the FUSE layer's 9-fold (crates/fusefs/README.md,
+/// "What a wake-up costs"); each report names it.
 pub(crate) fn idle_policy() -> String {
     let read = |path: &str| {
         std::fs::read_to_string(path)
