@@ -25,9 +25,10 @@
 //!
 //! The reader reads with non-blocking reads as tokio's reactor reports the descriptor
 //! readable, into a buffer of the record's
-//! [`read_buffer_size`](fuse_wire::InitRecord::read_buffer_size), and starts one tokio task
-//! per request (at most [`ServeOptions::max_in_flight`] at once), which runs the handler and
-//! writes the reply. INIT, DESTROY, INTERRUPT and opcodes `fuse_wire` does not decode
+//! [`read_buffer_size`](fuse_wire::InitRecord::read_buffer_size), and polls each request's
+//! handler once itself (at most [`ServeOptions::max_in_flight`] requests at once): a request
+//! answered at once is answered in the reader's turn; one that has to wait goes on as a tokio
+//! task of its own, which writes the reply, while the reader reads on. INIT, DESTROY, INTERRUPT and opcodes `fuse_wire` does not decode
 //! (`ENOSYS`) are answered by the session; FORGET and BATCH_FORGET go to the handler and get
 //! no reply.
 //!

@@ -1,12 +1,15 @@
 //! The session: mounting and INIT, adoption, the read loop and its dispatch, pausing.
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::panic::AssertUnwindSafe;
 use std::path::Path;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::task::Poll;
 use std::time::Duration;
 
 use fuse_wire::{
@@ -24,6 +27,14 @@ use crate::{AdoptError, Error, MountOptions, PauseError, ServeOptions, device, n
 
 /// The descriptor, shared by the reader and the request tasks (which write replies on it).
 type Device = Arc<AsyncFd<OwnedFd>>;
+
+/// One request's handling, from the handler's call to the reply and the permit's return.
+struct Task {
+    unique: Unique,
+    /// The switch of the handler's [`RequestContext`].
+    interrupt: watch::Sender<bool>,
+    future: Pin<Box<dyn Future<Output = ()> + Send>>,
+}
 
 /// What the session tells its reader.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -49,10 +60,12 @@ enum End {
 /// ([`Session::adopt`]).
 ///
 /// One reader task reads requests with non-blocking reads as the descriptor becomes
-/// readable and starts one task per request, at most
-/// [`ServeOptions::max_in_flight`] at once; each task runs the [`Handler`] and writes its
-/// reply. Reading can stop at any moment ([`pause`](Self::pause)): no read is ever left
-/// waiting inside the kernel.
+/// readable, at most [`ServeOptions::max_in_flight`] at once, and runs the [`Handler`] for
+/// each. The reader polls the handler's future once itself: a request answered at once (from
+/// memory, or refused) is answered in the reader's turn, with no task started; one that has
+/// to wait goes on as a task of its own, which writes its reply, while the reader reads on.
+/// Reading can stop at any moment ([`pause`](Self::pause)): no read is ever left waiting
+/// inside the kernel.
 ///
 /// Dropping a session stops its reader and its request tasks (requests being handled get no
 /// reply: they stay with the kernel, for a successor's `FUSE_NOTIFY_RESEND`) and closes its
@@ -97,6 +110,9 @@ pub struct Counters {
     /// Replies the kernel refused: mostly `ENOENT` (it no longer waits for that request)
     /// and `ENODEV` (the connection is gone).
     pub failed_writes: u64,
+    /// Requests whose handler had to wait (on a worker's answer, say) and went on as a task
+    /// of their own. The handler answered the others at once, in the reader's turn.
+    pub waited: u64,
 }
 
 #[derive(Debug, Default)]
@@ -108,6 +124,7 @@ struct Counts {
     interrupts: AtomicU64,
     replaced_replies: AtomicU64,
     failed_writes: AtomicU64,
+    waited: AtomicU64,
 }
 
 fn bump(counter: &AtomicU64) {
@@ -125,6 +142,7 @@ impl Counts {
             interrupts: get(&self.interrupts),
             replaced_replies: get(&self.replaced_replies),
             failed_writes: get(&self.failed_writes),
+            waited: get(&self.waited),
         }
     }
 }
@@ -524,7 +542,11 @@ impl<H: Handler> Reader<H> {
                 read = device::read_request(&self.device, &mut buf) => read,
             };
             match read {
-                Ok(Some(len)) => self.dispatch(buf.get(..len).unwrap_or_default(), permit),
+                Ok(Some(len)) => {
+                    if let Some(task) = self.dispatch(buf.get(..len).unwrap_or_default(), permit) {
+                        self.run_task(task).await;
+                    }
+                }
                 Ok(None) => {
                     debug!("FUSE connection gone; the session stops reading");
                     ended.send_replace(Some(End::Gone));
@@ -539,12 +561,15 @@ impl<H: Handler> Reader<H> {
         }
     }
 
-    /// Answers what the session answers itself, and starts a task for the rest.
-    fn dispatch(&self, message: &[u8], permit: OwnedSemaphorePermit) {
+    /// Answers what the session answers itself; the handler's task for the rest.
+    fn dispatch(&self, message: &[u8], permit: OwnedSemaphorePermit) -> Option<Task> {
         bump(&self.counts.requests);
         let request = match Request::decode(message) {
             Ok(request) => request,
-            Err(e) => return self.malformed(message, &e),
+            Err(e) => {
+                self.malformed(message, &e);
+                return None;
+            }
         };
         let header = request.header;
         let unique = header.unique;
@@ -575,8 +600,9 @@ impl<H: Handler> Reader<H> {
                 debug!(%opcode, "unsupported FUSE opcode; answering ENOSYS");
                 self.answer_now(Reply::error(unique, Errno::ENOSYS), unique, opcode);
             }
-            op => self.start_task(message, header, !op.is_forget(), permit),
+            op => return Some(self.task(message, header, !op.is_forget(), permit)),
         }
+        None
     }
 
     fn malformed(&self, message: &[u8], e: &fuse_wire::Error) {
@@ -603,13 +629,14 @@ impl<H: Handler> Reader<H> {
         answer(&self.device, &self.counts, unique, opcode, reply);
     }
 
-    fn start_task(
+    /// The task that handles one request, writes its reply and returns its permit.
+    fn task(
         &self,
         message: &[u8],
         header: InHeader,
         needs_reply: bool,
         permit: OwnedSemaphorePermit,
-    ) {
+    ) -> Task {
         let bytes = message.to_vec();
         let (context, interrupt) = RequestContext::new();
         let unique = header.unique;
@@ -642,15 +669,40 @@ impl<H: Handler> Reader<H> {
             drop(device);
             drop(permit);
         };
+        Task {
+            unique,
+            interrupt,
+            future: Box::pin(task),
+        }
+    }
+
+    /// Polls a request's task once here, on the reader; spawns it if it has to wait.
+    ///
+    /// A task that finishes in its first poll never enters the table: no interrupt can reach
+    /// it, as the reader reads nothing while it runs.
+    async fn run_task(&self, mut task: Task) {
+        if self.in_flight.lock().closed {
+            return;
+        }
+        let finished =
+            std::future::poll_fn(|cx| Poll::Ready(task.future.as_mut().poll(cx).is_ready())).await;
+        if finished {
+            return;
+        }
         let mut table = self.in_flight.lock();
         if table.closed {
             return;
         }
         // Under the lock: the task's own `finish` waits until its entry is in.
-        let task = tokio::spawn(task).abort_handle();
-        table
-            .requests
-            .insert(unique.raw(), Entry { interrupt, task });
+        bump(&self.counts.waited);
+        let handle = tokio::spawn(task.future).abort_handle();
+        table.requests.insert(
+            task.unique.raw(),
+            Entry {
+                interrupt: task.interrupt,
+                task: handle,
+            },
+        );
     }
 }
 
@@ -832,11 +884,13 @@ mod tests {
         bump(&counts.requests);
         bump(&counts.requests);
         bump(&counts.unsupported);
+        bump(&counts.waited);
         assert_eq!(
             counts.snapshot(),
             Counters {
                 requests: 2,
                 unsupported: 1,
+                waited: 1,
                 ..Counters::default()
             }
         );

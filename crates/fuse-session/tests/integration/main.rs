@@ -1,6 +1,7 @@
 //! The session against the real kernel: fresh mounts, pause and adoption in one process,
 //! hand-off to another process over `SCM_RIGHTS`, `FUSE_NOTIFY_RESEND` after a reader died,
-//! the abort when the last copy closes, a pause past its deadline, interrupts, refusals.
+//! the abort when the last copy closes, a pause past its deadline, interrupts, refusals, and
+//! how the reader runs handlers (in its turn, or as tasks of their own when they wait).
 //!
 //! Privileged tests run as root in a private mount namespace (they print `SKIPPED` without
 //! it, and fail under `CI=true`), unmount what they mount, and kill the processes they start.
@@ -16,6 +17,7 @@
 )]
 
 mod abort;
+mod dispatch;
 mod fresh;
 mod handoff;
 mod interrupt;

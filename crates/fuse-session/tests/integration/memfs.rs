@@ -122,6 +122,8 @@ pub(crate) enum Stuck {
     UntilOpened(watch::Receiver<bool>),
     /// Answered `EINTR` once the kernel interrupts it.
     UntilInterrupted,
+    /// The handler panics before it awaits anything.
+    Panics,
 }
 
 /// One request a handler saw.
@@ -245,6 +247,7 @@ impl MemFs {
                 context.interrupted().await;
                 Some(Reply::error(unique, Errno::EINTR))
             }
+            Stuck::Panics => panic!("the handler of {STUCK} panics, as asked"),
         }
     }
 

@@ -25,6 +25,49 @@ pub(crate) fn runtime() -> tokio::runtime::Runtime {
         .unwrap()
 }
 
+/// A single-threaded runtime driven by a thread of its own until dropped, as fusefs's serving
+/// threads are: the tasks of a session mounted through [`handle`](Self::handle) all run on
+/// that one thread.
+pub(crate) struct OneThread {
+    runtime: tokio::runtime::Handle,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl OneThread {
+    pub(crate) fn start() -> OneThread {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let handle = runtime.handle().clone();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let thread = std::thread::spawn(move || {
+            let _ = runtime.block_on(stopped);
+        });
+        OneThread {
+            runtime: handle,
+            stop: Some(stop),
+            thread: Some(thread),
+        }
+    }
+
+    pub(crate) fn handle(&self) -> &tokio::runtime::Handle {
+        &self.runtime
+    }
+}
+
+impl Drop for OneThread {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
 /// The mount options of every test mount.
 pub(crate) fn options() -> MountOptions {
     MountOptions {
