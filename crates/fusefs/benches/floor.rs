@@ -45,6 +45,8 @@
 //! rows to run, by number: `1,2,5`; all by default), `BENCH_PIN` (`split`: every server process
 //! on the CPUs but the first, the client on the first; unset: where the scheduler puts them).
 //! A value that is not one of these ends the run with status 2 before anything is mounted.
+//! `LL_FLOOR_LOOP`, `LL_FLOOR_BUSY_BEFORE_NS` and `LL_FLOOR_BUSY_AFTER_NS` reach row 1's server
+//! and change its loop, for experiments on placement (`benches/floor/ll_floor.c`).
 //!
 //! On a virtual machine a wake-up across CPUs can cost tens of microseconds (an idle virtual
 //! CPU sleeps in the host) where one on the same CPU costs a few, so an unpinned run is
