@@ -28,9 +28,9 @@
 //! [`read_buffer_size`](fuse_wire::InitRecord::read_buffer_size), and polls each request's
 //! handler once itself (at most [`ServeOptions::max_in_flight`] requests at once): a request
 //! answered at once is answered in the reader's turn; one that has to wait goes on as a tokio
-//! task of its own, which writes the reply, while the reader reads on. INIT, DESTROY, INTERRUPT and opcodes `fuse_wire` does not decode
-//! (`ENOSYS`) are answered by the session; FORGET and BATCH_FORGET go to the handler and get
-//! no reply.
+//! task of its own, which writes the reply, while the reader reads on. INIT, DESTROY,
+//! INTERRUPT and opcodes `fuse_wire` does not decode (`ENOSYS`) are answered by the session;
+//! FORGET and BATCH_FORGET go to the handler and get no reply.
 //!
 //! **`O_NONBLOCK`** is a flag of the open file description, so setting it on one descriptor
 //! sets it for every copy in every process. Every holder in this design tolerates that: a
