@@ -9,16 +9,9 @@ use fuse_session::Session;
 use tokio::sync::{mpsc, watch};
 
 use crate::memfs::{MemFs, STUCK, Stuck};
-use crate::support::{MountPoint, OneThread, PROMPT, bounded, errno, options, started, wait_until};
-
-/// Waits, at most [`PROMPT`], for the session to see its connection end.
-fn wait_ended_on(thread: &OneThread, session: &Session) {
-    thread
-        .handle()
-        .block_on(async { tokio::time::timeout(PROMPT, session.wait()).await })
-        .expect("the session sees the connection end")
-        .unwrap();
-}
+use crate::support::{
+    MountPoint, OneThread, PROMPT, bounded, errno, options, started, wait_ended, wait_until,
+};
 
 #[test]
 fn on_one_thread_a_waiting_request_holds_up_none_and_only_it_becomes_a_task() {
@@ -83,7 +76,7 @@ fn on_one_thread_a_waiting_request_holds_up_none_and_only_it_becomes_a_task() {
     );
 
     mnt.unmount();
-    wait_ended_on(&thread, &session);
+    wait_ended(thread.handle(), &session);
 }
 
 #[test]
@@ -120,7 +113,7 @@ fn a_handler_that_panics_in_the_readers_turn_is_answered_eio_and_the_reader_read
     assert!(meta.is_file());
 
     mnt.unmount();
-    wait_ended_on(&thread, &session);
+    wait_ended(thread.handle(), &session);
 }
 
 /// `EIO`, as the kernel reports it to the caller.

@@ -150,5 +150,5 @@ fn a_copy_received_from_a_killed_owner_keeps_the_mount_alive() {
     );
 
     mnt.unmount();
-    wait_ended(&rt, &session);
+    wait_ended(rt.handle(), &session);
 }

@@ -61,5 +61,5 @@ fn an_interrupted_request_reaches_its_handler() {
     let hello = mnt.file("hello");
     bounded("stat after the interrupt", move || std::fs::metadata(hello)).unwrap();
     mnt.unmount();
-    crate::support::wait_ended(&rt, &session);
+    crate::support::wait_ended(rt.handle(), &session);
 }

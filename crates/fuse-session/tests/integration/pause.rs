@@ -92,7 +92,7 @@ fn a_paused_session_is_adopted_in_one_process_while_a_reader_reads_on() {
     );
 
     mnt.unmount();
-    wait_ended(&rt, &session);
+    wait_ended(rt.handle(), &session);
 }
 
 #[test]
@@ -149,5 +149,5 @@ fn a_pause_past_its_deadline_serves_again_and_nothing_hangs() {
     eprintln!("observed: a pause with a stuck request returned after {took:?} and served again");
 
     mnt.unmount();
-    wait_ended(&rt, &session);
+    wait_ended(rt.handle(), &session);
 }

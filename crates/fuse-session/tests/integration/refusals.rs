@@ -222,5 +222,5 @@ fn a_bad_adoption_of_a_live_connection_changes_nothing() {
     assert_eq!(session.counters().unexpected_inits, 0);
 
     mnt.unmount();
-    crate::support::wait_ended(&rt, &session);
+    crate::support::wait_ended(rt.handle(), &session);
 }

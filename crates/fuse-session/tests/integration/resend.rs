@@ -76,7 +76,7 @@ fn a_request_read_by_a_killed_owner_is_resent_to_the_adopter() {
     );
 
     mnt.unmount();
-    wait_ended(&rt, &session);
+    wait_ended(rt.handle(), &session);
 }
 
 #[test]
@@ -136,7 +136,7 @@ fn a_request_abandoned_by_a_dropped_session_waits_for_a_resend() {
     );
 
     mnt.unmount();
-    wait_ended(&rt, &session);
+    wait_ended(rt.handle(), &session);
 }
 
 #[test]
@@ -186,5 +186,5 @@ fn a_reply_to_a_request_resent_meanwhile_is_reported_undelivered() {
     );
 
     mnt.unmount();
-    wait_ended(&rt, &session);
+    wait_ended(rt.handle(), &session);
 }

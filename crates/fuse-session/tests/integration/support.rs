@@ -232,7 +232,7 @@ pub(crate) fn adopt(
 }
 
 /// Waits for the session to see its connection end, at most [`PROMPT`].
-pub(crate) fn wait_ended(rt: &tokio::runtime::Runtime, session: &fuse_session::Session) {
+pub(crate) fn wait_ended(rt: &tokio::runtime::Handle, session: &fuse_session::Session) {
     rt.block_on(async { tokio::time::timeout(PROMPT, session.wait()).await })
         .expect("the session sees the connection end")
         .unwrap();
