@@ -27,9 +27,12 @@
 //! sizes of the curve, `1000,10000,100000`; empty for none), `BENCH_TREE_FILES` (the files of
 //! the tree walked, 100000; 0 for none), `BENCH_THREADS` (the thread counts of the parallel
 //! run, `1,2,4,8`; empty for none), `BENCH_PARALLEL_FILES` (files per thread, 500),
-//! `BENCH_PARALLEL_READS` (random reads per thread, 500), `BENCH_ONLY=curve` or
-//! `BENCH_ONLY=parallel` (that part alone). A number left empty takes its default; a value
-//! that does not parse ends the run with status 2 before anything is mounted.
+//! `BENCH_PARALLEL_READS` (random reads per thread, 500), `BENCH_SETTLE_S` (seconds to wait
+//! before each sequential write and cold read so that they start from the same memory; 15
+//! where a virtio balloon reports free pages to the host, else 0: see `settle_memory`),
+//! `BENCH_ONLY=curve` or `BENCH_ONLY=parallel` (that part alone). A number left empty takes
+//! its default; a value that does not parse ends the run with status 2 before anything is
+//! mounted.
 //!
 //! After the rounds, parallel clients (`throughput/parallel.rs`): 1 to 8 threads, each in a
 //! directory of its own, and cold random reads over 8 files, per target, over the same number
@@ -95,6 +98,9 @@ struct Settings {
     threads: Vec<usize>,
     parallel_files: usize,
     parallel_reads: usize,
+    /// How long to let free memory settle before each sequential write and cold read
+    /// (`BENCH_SETTLE_S`): see [`settle_memory`].
+    settle: Duration,
     /// `BENCH_ONLY`: `curve` or `parallel`, that part alone.
     only: Option<String>,
 }
@@ -113,6 +119,10 @@ impl Settings {
             threads: env_list("BENCH_THREADS", "1,2,4,8"),
             parallel_files: env_or("BENCH_PARALLEL_FILES", 500),
             parallel_reads: env_or("BENCH_PARALLEL_READS", 500),
+            settle: Duration::from_secs(env_or(
+                "BENCH_SETTLE_S",
+                if free_page_reporting() { 15 } else { 0 },
+            )),
             only: match std::env::var("BENCH_ONLY").unwrap_or_default().as_str() {
                 "" => None,
                 part @ ("curve" | "parallel") => Some(part.to_owned()),
@@ -231,6 +241,36 @@ impl Probe<'_> {
 fn drop_caches() -> bool {
     rustix::fs::sync();
     fs::write("/proc/sys/vm/drop_caches", b"3").is_ok()
+}
+
+/// Whether a virtio balloon reports this guest's free pages to its host
+/// (`VIRTIO_BALLOON_F_REPORTING`, feature bit 5, in the device's `features` bit string).
+///
+/// When it does, the host takes back the memory behind free pages a few seconds after they
+/// are freed, and the first touch of each such page afterwards costs a host page fault. A
+/// sequential write or cold read fills a gibibyte of new page cache, so its speed depends on
+/// how long ago that memory was freed: on the machine these figures come from, `dd` wrote 1
+/// GiB with `fsync` at 1.7-1.8 GB/s into memory freed just before and at 502-530 MB/s into
+/// memory freed 15 s before (BENCHMARKS.md, 2026-12-03 04:31).
+fn free_page_reporting() -> bool {
+    let Ok(devices) = fs::read_dir("/sys/bus/virtio/drivers/virtio_balloon") else {
+        return false;
+    };
+    devices.flatten().any(|device| {
+        fs::read_to_string(device.path().join("features"))
+            .is_ok_and(|bits| bits.as_bytes().get(5) == Some(&b'1'))
+    })
+}
+
+/// Waits `settle`, so that every target's sequential write and cold read starts from the same
+/// memory: free pages the host has taken back, whatever ran before. Without it the target
+/// that runs right after another's large file was deleted or dropped from the page cache
+/// writes into memory still backed by the host, up to 3.4× faster on this VM (see
+/// [`free_page_reporting`]), and the order of the targets decides the ratios.
+fn settle_memory(settle: Duration) {
+    if !settle.is_zero() {
+        std::thread::sleep(settle);
+    }
 }
 
 fn mib_per_s(bytes: usize, elapsed: Duration) -> f64 {
@@ -419,8 +459,10 @@ fn run_workloads(
 ) -> Figures {
     let mut block = Block::new();
     let block = block.get();
+    settle_memory(settings.settle);
     let write = sequential_write(dir, settings.size_mib, block, probe);
     *cold &= drop_caches();
+    settle_memory(settings.settle);
     let read = sequential_read(dir, settings.size_mib, block, probe);
     *cold &= drop_caches();
     let random = random_reads(
@@ -988,12 +1030,18 @@ fn report(settings: &Settings, results: &[Vec<Figures>; 3], cold: bool, loads: &
 
     println!();
     println!(
-        "{} rounds interleaved a, b, c; medians. {}; kernel {}; {} cores; {}; load average {}.{}",
+        "{} rounds interleaved a, b, c; medians. {}; kernel {}; {} cores; {}; {}; load average {}.{}",
         settings.rounds,
         one_line("date", &["-u", "+%Y-%m-%d %H:%M UTC"]),
         one_line("uname", &["-r"]),
         std::thread::available_parallelism().map_or(0, |n| n.get()),
         idle_policy(),
+        match (free_page_reporting(), settings.settle.as_secs()) {
+            (true, 0) => "free page reporting, memory NOT settled before sequential I/O".to_owned(),
+            (true, s) => format!("free page reporting, memory settled {s} s before sequential I/O"),
+            (false, 0) => "no free page reporting".to_owned(),
+            (false, s) => format!("no free page reporting, {s} s pause before sequential I/O"),
+        },
         loads.join(" → "),
         if cold {
             ""
