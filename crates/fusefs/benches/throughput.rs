@@ -265,12 +265,10 @@ fn free_page_reporting() -> bool {
 /// Waits `settle`, so that every target's sequential write and cold read starts from the same
 /// memory: free pages the host has taken back, whatever ran before. Without it the target
 /// that runs right after another's large file was deleted or dropped from the page cache
-/// writes into memory still backed by the host, up to 3.4× faster on this VM (see
+/// writes into memory still backed by the host, up to 3.6× faster on this VM (see
 /// [`free_page_reporting`]), and the order of the targets decides the ratios.
 fn settle_memory(settle: Duration) {
-    if !settle.is_zero() {
-        std::thread::sleep(settle);
-    }
+    std::thread::sleep(settle);
 }
 
 fn mib_per_s(bytes: usize, elapsed: Duration) -> f64 {
