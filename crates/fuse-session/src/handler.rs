@@ -3,10 +3,13 @@
 
 use std::borrow::Cow;
 use std::future::Future;
+use std::pin::pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use bytes::Bytes;
 use fuse_wire::{Errno, Opcode, Request, Unique, reply};
-use tokio::sync::watch;
+use tokio::sync::Notify;
 
 /// A filesystem behind a [`Session`](crate::Session).
 ///
@@ -51,14 +54,42 @@ pub trait Handler: Send + Sync + 'static {
 /// other.
 #[derive(Debug, Clone)]
 pub struct RequestContext {
-    interrupt: watch::Receiver<bool>,
+    interrupt: Arc<Interrupt>,
+}
+
+/// One request's interrupt: set at most once, by the session, and never cleared.
+///
+/// Made and dropped for every request, so it is small: a flag and the waiters of
+/// [`RequestContext::interrupted`]. Dropping it wakes nobody.
+#[derive(Debug, Default)]
+struct Interrupt {
+    set: AtomicBool,
+    waiters: Notify,
+}
+
+/// The session's side of a [`RequestContext`]: what an INTERRUPT request sets.
+#[derive(Debug)]
+pub(crate) struct InterruptSwitch(Arc<Interrupt>);
+
+impl InterruptSwitch {
+    /// Interrupts the request: its context says so from now on, and whoever waits in
+    /// [`RequestContext::interrupted`] wakes.
+    pub(crate) fn interrupt(&self) {
+        self.0.set.store(true, Ordering::Release);
+        self.0.waiters.notify_waiters();
+    }
 }
 
 impl RequestContext {
     /// A context and the switch that interrupts it.
-    pub(crate) fn new() -> (RequestContext, watch::Sender<bool>) {
-        let (tx, rx) = watch::channel(false);
-        (RequestContext { interrupt: rx }, tx)
+    pub(crate) fn new() -> (RequestContext, InterruptSwitch) {
+        let interrupt = Arc::new(Interrupt::default());
+        (
+            RequestContext {
+                interrupt: Arc::clone(&interrupt),
+            },
+            InterruptSwitch(interrupt),
+        )
     }
 
     /// A context that is never interrupted, for calling a handler outside a session (tests).
@@ -68,20 +99,20 @@ impl RequestContext {
 
     /// Whether the kernel has asked to interrupt the request.
     pub fn is_interrupted(&self) -> bool {
-        *self.interrupt.borrow()
+        self.interrupt.set.load(Ordering::Acquire)
     }
 
-    /// Resolves once the kernel asks to interrupt the request; never, if it does not.
+    /// Resolves once the kernel asks to interrupt the request; never, if it does not (as
+    /// after the request is over, or for a context made outside a session).
     pub async fn interrupted(&self) {
-        let mut interrupt = self.interrupt.clone();
-        if interrupt
-            .wait_for(|&interrupted| interrupted)
-            .await
-            .is_err()
-        {
-            // The request is over (or the context was made outside a session): no
-            // interrupt can come any more.
-            std::future::pending::<()>().await;
+        loop {
+            // Registered before the flag is read: a switch thrown in between still wakes it.
+            let mut woken = pin!(self.interrupt.waiters.notified());
+            woken.as_mut().enable();
+            if self.is_interrupted() {
+                return;
+            }
+            woken.await;
         }
     }
 }
@@ -204,13 +235,23 @@ mod tests {
     async fn a_context_learns_of_its_interrupt() {
         let (context, interrupt) = RequestContext::new();
         assert!(!context.is_interrupted());
-        let waiting = tokio::spawn({
-            let context = context.clone();
-            async move { context.interrupted().await }
-        });
-        interrupt.send_replace(true);
-        waiting.await.unwrap();
+        let waiting: Vec<_> = (0..2)
+            .map(|_| {
+                let context = context.clone();
+                tokio::spawn(async move { context.interrupted().await })
+            })
+            .collect();
+        // Both waiters registered before the switch is thrown.
+        tokio::task::yield_now().await;
+        interrupt.interrupt();
+        for waiter in waiting {
+            waiter.await.unwrap();
+        }
         assert!(context.is_interrupted());
+        // Once thrown, the switch stays: a later wait returns at once.
+        tokio::time::timeout(std::time::Duration::from_secs(5), context.interrupted())
+            .await
+            .expect("an interrupted context resolves at once");
 
         let never = RequestContext::never_interrupted();
         let waited =
@@ -219,5 +260,28 @@ mod tests {
             waited.is_err(),
             "a context outside a session is never interrupted"
         );
+    }
+
+    /// The switch thrown from another thread while the waiter registers, many times over: no
+    /// wake-up is lost between the waiter's registration and its look at the flag.
+    #[test]
+    fn an_interrupt_racing_the_wait_is_never_lost() {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_time()
+            .build()
+            .unwrap();
+        for round in 0..2000 {
+            let (context, interrupt) = RequestContext::new();
+            let waiter = rt.spawn(async move { context.interrupted().await });
+            interrupt.interrupt();
+            let finished = rt.block_on(async {
+                tokio::time::timeout(std::time::Duration::from_secs(5), waiter).await
+            });
+            assert!(
+                matches!(finished, Ok(Ok(()))),
+                "round {round}: the waiter missed its interrupt"
+            );
+        }
     }
 }

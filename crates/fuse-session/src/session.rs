@@ -18,11 +18,11 @@ use fuse_wire::{
 };
 use futures_util::FutureExt;
 use tokio::io::unix::AsyncFd;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, TryAcquireError, watch};
 use tokio::task::{AbortHandle, JoinHandle};
 use tracing::{debug, error, warn};
 
-use crate::handler::{Handler, Reply, RequestContext};
+use crate::handler::{Handler, InterruptSwitch, Reply, RequestContext};
 use crate::{AdoptError, Error, MountOptions, PauseError, ServeOptions, device, negotiate, sys};
 
 /// The descriptor, shared by the reader and the request tasks (which write replies on it).
@@ -32,7 +32,7 @@ type Device = Arc<AsyncFd<OwnedFd>>;
 struct Task {
     unique: Unique,
     /// The switch of the handler's [`RequestContext`].
-    interrupt: watch::Sender<bool>,
+    interrupt: InterruptSwitch,
     future: Pin<Box<dyn Future<Output = ()> + Send>>,
 }
 
@@ -162,7 +162,7 @@ struct Table {
 
 #[derive(Debug)]
 struct Entry {
-    interrupt: watch::Sender<bool>,
+    interrupt: InterruptSwitch,
     task: AbortHandle,
 }
 
@@ -181,7 +181,7 @@ impl InFlight {
     fn interrupt(&self, unique: u64) -> bool {
         match self.lock().requests.get(&unique) {
             Some(entry) => {
-                entry.interrupt.send_replace(true);
+                entry.interrupt.interrupt();
                 true
             }
             None => false,
@@ -529,11 +529,16 @@ impl<H: Handler> Reader<H> {
                 Ok(Command::Park | Command::Quit) | Err(_) => return,
             }
             // A permit first, so that at the limit nothing is read: requests wait in the
-            // kernel's queue. A command other than Serve wins over both waits.
-            let permit = tokio::select! {
-                biased;
-                _ = command.wait_for(|&c| c != Command::Serve) => continue,
-                permit = Arc::clone(&self.permits).acquire_owned() => permit,
+            // kernel's queue. A command other than Serve wins over both waits; a permit
+            // that is free at once needs no waiting (the command was just read).
+            let permit = match Arc::clone(&self.permits).try_acquire_owned() {
+                Ok(permit) => Ok(permit),
+                Err(TryAcquireError::Closed) => return,
+                Err(TryAcquireError::NoPermits) => tokio::select! {
+                    biased;
+                    _ = command.wait_for(|&c| c != Command::Serve) => continue,
+                    permit = Arc::clone(&self.permits).acquire_owned() => permit,
+                },
             };
             let Ok(permit) = permit else { return };
             let read = tokio::select! {

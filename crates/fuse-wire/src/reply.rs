@@ -105,8 +105,11 @@ pub fn header(unique: Unique, body_len: usize) -> Result<[u8; OUT_HEADER_SIZE], 
     Ok(bytes)
 }
 
-/// Appends a header whose length [`finish`] fixes; returns where the message starts.
-fn begin(out: &mut Vec<u8>, unique: u64, error: i32) -> usize {
+/// Appends a header whose length [`finish`] fixes, with room for `body_size` more bytes
+/// (grown field by field, a reply would be reallocated several times); returns where the
+/// message starts.
+fn begin(out: &mut Vec<u8>, unique: u64, error: i32, body_size: usize) -> usize {
+    out.reserve(OUT_HEADER_SIZE + body_size);
     let start = out.len();
     OutHeader {
         len: 0,
@@ -126,20 +129,20 @@ fn finish(out: &mut [u8], start: usize) {
 
 /// A header followed by one fixed-size struct.
 fn one<T: WireStruct>(out: &mut Vec<u8>, unique: Unique, body: &T) {
-    let start = begin(out, unique.raw(), 0);
+    let start = begin(out, unique.raw(), 0, T::SIZE);
     body.write_to(out);
     finish(out, start);
 }
 
 /// An error reply: the header alone, with `error` = `-errno`.
 pub fn error(out: &mut Vec<u8>, unique: Unique, errno: Errno) {
-    let start = begin(out, unique.raw(), -errno.code());
+    let start = begin(out, unique.raw(), -errno.code(), 0);
     finish(out, start);
 }
 
 /// A successful reply without a body (UNLINK, RMDIR, RENAME, RELEASE, FLUSH, FSYNC, …).
 pub fn empty(out: &mut Vec<u8>, unique: Unique) {
-    let start = begin(out, unique.raw(), 0);
+    let start = begin(out, unique.raw(), 0, 0);
     finish(out, start);
 }
 
@@ -160,7 +163,7 @@ pub fn open(out: &mut Vec<u8>, unique: Unique, body: &OpenOut) {
 
 /// The reply to CREATE: the new entry, then the open file.
 pub fn create(out: &mut Vec<u8>, unique: Unique, entry: &EntryOut, open: &OpenOut) {
-    let start = begin(out, unique.raw(), 0);
+    let start = begin(out, unique.raw(), 0, EntryOut::SIZE + OpenOut::SIZE);
     entry.write_to(out);
     open.write_to(out);
     finish(out, start);
@@ -179,7 +182,7 @@ pub fn statfs(out: &mut Vec<u8>, unique: Unique, body: &StatfsOut) {
 /// The reply to INIT, cut to the `fuse_init_out` a kernel of minor `kernel_minor` reads
 /// ([`InitOut::size_for_minor`]): the kernel fails an INIT whose reply is longer.
 pub fn init(out: &mut Vec<u8>, unique: Unique, body: &InitOut, kernel_minor: u32) {
-    let start = begin(out, unique.raw(), 0);
+    let start = begin(out, unique.raw(), 0, InitOut::SIZE);
     body.write_to(out);
     out.truncate(start + OUT_HEADER_SIZE + InitOut::size_for_minor(kernel_minor));
     finish(out, start);
@@ -189,7 +192,9 @@ pub fn init(out: &mut Vec<u8>, unique: Unique, body: &InitOut, kernel_minor: u32
 /// for), READDIR and READDIRPLUS (a [`DirBuffer`](crate::DirBuffer)'s or
 /// [`DirPlusBuffer`](crate::DirPlusBuffer)'s bytes). On error `out` is left as it was.
 pub fn data(out: &mut Vec<u8>, unique: Unique, data: &[u8]) -> Result<(), Error> {
-    out.extend_from_slice(&header(unique, data.len())?);
+    let header = header(unique, data.len())?;
+    out.reserve(header.len() + data.len());
+    out.extend_from_slice(&header);
     out.extend_from_slice(data);
     Ok(())
 }
