@@ -532,15 +532,17 @@ impl<H: Handler> Reader<H> {
             // kernel's queue. A command other than Serve wins over both waits; a permit
             // that is free at once needs no waiting (the command was just read).
             let permit = match Arc::clone(&self.permits).try_acquire_owned() {
-                Ok(permit) => Ok(permit),
+                Ok(permit) => permit,
                 Err(TryAcquireError::Closed) => return,
                 Err(TryAcquireError::NoPermits) => tokio::select! {
                     biased;
                     _ = command.wait_for(|&c| c != Command::Serve) => continue,
-                    permit = Arc::clone(&self.permits).acquire_owned() => permit,
+                    permit = Arc::clone(&self.permits).acquire_owned() => match permit {
+                        Ok(permit) => permit,
+                        Err(_) => return,
+                    },
                 },
             };
-            let Ok(permit) = permit else { return };
             let read = tokio::select! {
                 biased;
                 _ = command.wait_for(|&c| c != Command::Serve) => continue,

@@ -98,8 +98,11 @@ struct Settings {
     threads: Vec<usize>,
     parallel_files: usize,
     parallel_reads: usize,
+    /// Whether a virtio balloon reports free pages to the host: [`free_page_reporting`].
+    free_page_reporting: bool,
     /// How long to let free memory settle before each sequential write and cold read
-    /// (`BENCH_SETTLE_S`): see [`settle_memory`].
+    /// (`BENCH_SETTLE_S`; 15 s by default where free pages are reported, else 0): see
+    /// [`settle_memory`].
     settle: Duration,
     /// `BENCH_ONLY`: `curve` or `parallel`, that part alone.
     only: Option<String>,
@@ -107,6 +110,7 @@ struct Settings {
 
 impl Settings {
     fn from_env() -> Settings {
+        let free_page_reporting = free_page_reporting();
         Settings {
             size_mib: env_or("BENCH_SIZE_MIB", 1024),
             rounds: env_or("BENCH_ROUNDS", 3),
@@ -119,9 +123,10 @@ impl Settings {
             threads: env_list("BENCH_THREADS", "1,2,4,8"),
             parallel_files: env_or("BENCH_PARALLEL_FILES", 500),
             parallel_reads: env_or("BENCH_PARALLEL_READS", 500),
+            free_page_reporting,
             settle: Duration::from_secs(env_or(
                 "BENCH_SETTLE_S",
-                if free_page_reporting() { 15 } else { 0 },
+                if free_page_reporting { 15 } else { 0 },
             )),
             only: match std::env::var("BENCH_ONLY").unwrap_or_default().as_str() {
                 "" => None,
@@ -250,8 +255,8 @@ fn drop_caches() -> bool {
 /// are freed, and the first touch of each such page afterwards costs a host page fault. A
 /// sequential write or cold read fills a gibibyte of new page cache, so its speed depends on
 /// how long ago that memory was freed: on the machine these figures come from, `dd` wrote 1
-/// GiB with `fsync` at 1.7-1.8 GB/s into memory freed just before and at 502-530 MB/s into
-/// memory freed 15 s before (BENCHMARKS.md, 2026-12-03 04:31).
+/// GiB with `fsync` at 1.7-1.8 GB/s into memory freed just before, 528-530 MB/s 8 s after and
+/// 502-505 MB/s 15 s after (BENCHMARKS.md, 2026-12-03 04:31).
 fn free_page_reporting() -> bool {
     let Ok(devices) = fs::read_dir("/sys/bus/virtio/drivers/virtio_balloon") else {
         return false;
@@ -1034,7 +1039,7 @@ fn report(settings: &Settings, results: &[Vec<Figures>; 3], cold: bool, loads: &
         one_line("uname", &["-r"]),
         std::thread::available_parallelism().map_or(0, |n| n.get()),
         idle_policy(),
-        match (free_page_reporting(), settings.settle.as_secs()) {
+        match (settings.free_page_reporting, settings.settle.as_secs()) {
             (true, 0) => "free page reporting, memory NOT settled before sequential I/O".to_owned(),
             (true, s) => format!("free page reporting, memory settled {s} s before sequential I/O"),
             (false, 0) => "no free page reporting".to_owned(),
