@@ -20,11 +20,15 @@ use tak_os_node::config::Cli;
 use tonic::Code;
 
 use crate::support::{
-    Cluster, ServerProcess, VerifiedStream, epoch_of, mount_id, mounts_under, owner_flags,
-    privileged, publish_request, stage_request, unpublish_request, unstage_request,
+    Cluster, ServerProcess, ShowOnFailure, VerifiedStream, epoch_of, mount_id, mounts_under,
+    owner_flags, privileged, publish_request, stage_request, unpublish_request, unstage_request,
+    within,
 };
 
 const CHILD_ENV: &str = "TAK_OS_NODE_TEST_FRONTEND";
+
+/// The most one step of the restart test may take: it normally takes milliseconds.
+const STEP: Duration = Duration::from_secs(30);
 
 fn cli(args: &[&str]) -> tak_os_node::config::Config {
     let mut all = vec!["tak-os-node", "--metrics-address", ""];
@@ -44,6 +48,8 @@ fn child_frontend_process() {
     let Ok(spec) = std::env::var(CHILD_ENV) else {
         return;
     };
+    // Logs go to the process's stderr, which the test keeps in a file.
+    observe::init_logging(observe::LogFormat::Text);
     let lines: Vec<&str> = spec.lines().collect();
     let [csi, owner, node] = lines[..] else {
         panic!("malformed {CHILD_ENV}: {spec:?}");
@@ -88,8 +94,12 @@ fn the_frontend_restarts_under_io_without_breaking_a_mount() {
     privileged(
         "the_frontend_restarts_under_io_without_breaking_a_mount",
         async || {
+            // The owner's logs go to this process's stderr, the frontends' to a file shown
+            // if the test fails, so that a failure says where each process was.
+            observe::init_logging(observe::LogFormat::Text);
             let cluster = Cluster::start("vol-front", worker::AccessMode::Rwo).await;
             let dir = cluster.dir.path().to_owned();
+            let _logs = ShowOnFailure(dir.join("frontends.log"));
             let node = cluster.node("node-a");
             let owner_socket = dir.join("owner.sock");
             let flags = owner_flags(&owner_socket, "node-a", &node.kubelet, &cluster.credentials);
@@ -130,12 +140,21 @@ fn the_frontend_restarts_under_io_without_breaking_a_mount() {
                 Mode::SingleNodeWriter,
                 cluster.context("rwo"),
             );
-            client.node_stage_volume(stage.clone()).await.unwrap();
+            within(
+                STEP,
+                "NodeStageVolume",
+                client.node_stage_volume(stage.clone()),
+            )
+            .await
+            .unwrap();
             let target = node.target("pod");
-            client
-                .node_publish_volume(publish_request(&stage, &target, false))
-                .await
-                .unwrap();
+            within(
+                STEP,
+                "NodePublishVolume",
+                client.node_publish_volume(publish_request(&stage, &target, false)),
+            )
+            .await
+            .unwrap();
             let epoch = epoch_of(&staging);
             let stage_mount = mount_id(&staging);
 
@@ -152,14 +171,23 @@ fn the_frontend_restarts_under_io_without_breaking_a_mount() {
                 frontend.kill();
                 // Kubelet's call while the frontend is down fails; its retry after the
                 // restart succeeds.
-                assert!(
-                    client.node_get_volume_stats(stats.clone()).await.is_err(),
-                    "round {round}: the frontend is down"
-                );
+                let down = within(
+                    STEP,
+                    &format!("round {round}: NodeGetVolumeStats to the killed frontend"),
+                    client.node_get_volume_stats(stats.clone()),
+                )
+                .await;
+                assert!(down.is_err(), "round {round}: the frontend is down");
                 stream.progress().await;
                 frontend = spawn_frontend(&dir, "csi", &owner_socket, "node-a");
                 client = NodeClient::new(frontend.channel().await);
-                let answer = client.node_get_volume_stats(stats.clone()).await.unwrap();
+                let answer = within(
+                    STEP,
+                    &format!("round {round}: NodeGetVolumeStats after the restart"),
+                    client.node_get_volume_stats(stats.clone()),
+                )
+                .await
+                .unwrap();
                 assert!(!answer.into_inner().volume_condition.unwrap().abnormal);
                 stream.progress().await;
             }
@@ -171,48 +199,68 @@ fn the_frontend_restarts_under_io_without_breaking_a_mount() {
             let nowhere = spawn_frontend(&dir, "nowhere", &dir.join("absent.sock"), "node-a");
             let channel = nowhere.channel().await;
             let start = Instant::now();
-            let status = NodeClient::new(channel.clone())
-                .node_get_volume_stats(stats.clone())
-                .await
-                .unwrap_err();
+            let mut unanswered = NodeClient::new(channel.clone());
+            let status = within(
+                STEP,
+                "NodeGetVolumeStats with no owner",
+                unanswered.node_get_volume_stats(stats.clone()),
+            )
+            .await
+            .unwrap_err();
             assert_eq!(status.code(), Code::Unavailable, "{status:?}");
             assert!(
                 start.elapsed() < Duration::from_secs(5),
                 "{:?}",
                 start.elapsed()
             );
-            let probe = IdentityClient::new(channel).probe(ProbeRequest {}).await;
+            let mut identity = IdentityClient::new(channel);
+            let probe = within(STEP, "Probe with no owner", identity.probe(ProbeRequest {})).await;
             assert_eq!(probe.unwrap_err().code(), Code::Unavailable);
 
             // An owner of another node: refused, never forwarded.
             let miswired = spawn_frontend(&dir, "miswired", &owner_socket, "node-z");
             let channel = miswired.channel().await;
-            let status = NodeClient::new(channel.clone())
-                .node_unpublish_volume(unpublish_request("vol-front", &target))
-                .await
-                .unwrap_err();
+            let mut refused = NodeClient::new(channel.clone());
+            let status = within(
+                STEP,
+                "NodeUnpublishVolume to the other node's owner",
+                refused.node_unpublish_volume(unpublish_request("vol-front", &target)),
+            )
+            .await
+            .unwrap_err();
             assert_eq!(status.code(), Code::Unavailable, "{status:?}");
             assert!(status.message().contains("serves node"), "{status:?}");
             assert!(target.join("stream").exists(), "nothing was unpublished");
-            assert!(
-                IdentityClient::new(channel)
-                    .probe(ProbeRequest {})
-                    .await
-                    .is_err()
-            );
+            let mut identity = IdentityClient::new(channel);
+            let probe = within(
+                STEP,
+                "Probe to the other node's owner",
+                identity.probe(ProbeRequest {}),
+            )
+            .await;
+            assert!(probe.is_err());
 
-            client
-                .node_unpublish_volume(unpublish_request("vol-front", &target))
-                .await
-                .unwrap();
-            client
-                .node_unstage_volume(unstage_request(&stage))
-                .await
-                .unwrap();
+            within(
+                STEP,
+                "NodeUnpublishVolume",
+                client.node_unpublish_volume(unpublish_request("vol-front", &target)),
+            )
+            .await
+            .unwrap();
+            within(
+                STEP,
+                "NodeUnstageVolume",
+                client.node_unstage_volume(unstage_request(&stage)),
+            )
+            .await
+            .unwrap();
             assert!(mounts_under(&node.kubelet).is_empty());
             drop((nowhere, miswired, frontend));
             let _ = stop_owner.send(());
-            owner.await.unwrap().unwrap();
+            within(STEP, "the owner's shutdown", owner)
+                .await
+                .unwrap()
+                .unwrap();
         },
     );
 }

@@ -434,9 +434,7 @@ impl Drop for TickOnDrop {
 }
 
 async fn within<T>(what: &str, future: impl Future<Output = T>) -> T {
-    tokio::time::timeout(PATIENCE, future)
-        .await
-        .unwrap_or_else(|_| panic!("not within {PATIENCE:?}: {what}"))
+    crate::support::within(PATIENCE, what, future).await
 }
 
 fn settings() -> WatchSettings {

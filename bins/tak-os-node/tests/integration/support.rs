@@ -345,6 +345,27 @@ pub(crate) fn privileged(test: &str, body: impl AsyncFnOnce()) {
     });
 }
 
+/// `future`'s output, or a failure naming `what` if it takes longer than `bound`: a step that
+/// hangs says which one it was instead of running into the test's own two minutes.
+pub(crate) async fn within<T>(bound: Duration, what: &str, future: impl Future<Output = T>) -> T {
+    tokio::time::timeout(bound, future)
+        .await
+        .unwrap_or_else(|_| panic!("not within {bound:?}: {what}"))
+}
+
+/// A log file that is printed to stderr when it is dropped during a failure (a panic), before
+/// the temporary directory it is in goes away.
+pub(crate) struct ShowOnFailure(pub(crate) PathBuf);
+
+impl Drop for ShowOnFailure {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            let log = fs::read_to_string(&self.0).unwrap_or_else(|e| format!("unreadable: {e}"));
+            eprintln!("----- {} -----\n{log}----- end -----", self.0.display());
+        }
+    }
+}
+
 /// A server process that is this test binary re-executed to run one `#[ignore]`d helper test
 /// (`helper`, which reads its instructions from the variable `env`), serving CSI on `socket`.
 /// Killed when dropped, so a failed assertion never leaves one running; the child inherits the
@@ -389,10 +410,12 @@ impl ServerProcess {
     pub(crate) async fn channel(&self) -> tonic::transport::Channel {
         let start = std::time::Instant::now();
         loop {
-            if self.socket.exists()
-                && let Ok(channel) = csi_proto::connect_unix(&self.socket).await
-            {
-                return channel;
+            if self.socket.exists() {
+                let attempt = csi_proto::connect_unix(&self.socket);
+                if let Ok(Ok(channel)) = tokio::time::timeout(Duration::from_secs(5), attempt).await
+                {
+                    return channel;
+                }
             }
             assert!(
                 start.elapsed() < Duration::from_secs(20),
