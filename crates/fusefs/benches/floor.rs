@@ -12,7 +12,9 @@
 //!    thread each: the least any networked worker pays on this machine; (b) one HTTP/2-over-TLS
 //!    round trip through the real client (lease-client) and the real worker server with an
 //!    empty handler: a call to a volume the worker does not serve, refused before any volume
-//!    sees it;
+//!    sees it; (c) 3a with a server that reads until `EAGAIN` and waits in a bare
+//!    `epoll_wait`, and (d) one that waits parked in a single-threaded tokio runtime, as a
+//!    serving thread's reader does: (d) - (c) is what tokio's reactor adds to each wait;
 //! 4. single worker calls through the real client, the calls an `lstat` and a read make
 //!    (lookup, getattr, read): (a) to a worker whose volume is answered from memory by a
 //!    stand-in ([`worker::Faults::stand_in`]), so transport and decoding only, and (b) to the
@@ -351,23 +353,138 @@ fn serve_worker(dir: &Path, stand_in: bool) {
     runtime.block_on(server.stop());
 }
 
-/// Row 3a's server process: echoes `ECHO_BYTES` at a time on one loopback TCP connection, one
-/// blocking thread, after writing its port to `dir/endpoint`; ends when stdin closes.
-fn serve_echo(dir: &Path) {
-    use std::io::Read as _;
+/// How an echo server (rows 3a, 3c, 3d) waits for the next message.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum EchoWait {
+    /// In a blocking `read` (3a).
+    Blocking,
+    /// Reading until `EAGAIN`, then in a bare `epoll_wait` (3c): how libfuse's one-thread
+    /// `epoll` loop in `ll_floor.c` and fuse-session's reader read.
+    Epoll,
+    /// Reading until `EAGAIN`, then parked in a single-threaded tokio runtime until the
+    /// reactor reports the socket readable (3d): how fuse-session's reader waits on a serving
+    /// thread.
+    Reactor,
+}
+
+impl EchoWait {
+    const ALL: [EchoWait; 3] = [EchoWait::Blocking, EchoWait::Epoll, EchoWait::Reactor];
+
+    fn arg(self) -> &'static str {
+        match self {
+            EchoWait::Blocking => "blocking",
+            EchoWait::Epoll => "epoll",
+            EchoWait::Reactor => "reactor",
+        }
+    }
+}
+
+/// The server process of rows 3a, 3c and 3d: echoes `ECHO_BYTES` at a time on one loopback TCP
+/// connection, on one thread that waits as `wait` says, after writing its port to
+/// `dir/endpoint`; ends when stdin closes.
+fn serve_echo(dir: &Path, wait: &str) {
+    let wait = *EchoWait::ALL
+        .iter()
+        .find(|w| w.arg() == wait)
+        .unwrap_or_else(|| panic!("no echo server waits {wait:?}"));
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let endpoint = listener.local_addr().unwrap().to_string();
     fs::write(dir.join("endpoint.new"), &endpoint).unwrap();
     fs::rename(dir.join("endpoint.new"), dir.join("endpoint")).unwrap();
     std::thread::spawn(move || {
-        let Ok((mut stream, _)) = listener.accept() else {
+        let Ok((stream, _)) = listener.accept() else {
             return;
         };
         stream.set_nodelay(true).unwrap();
-        let mut message = [0u8; ECHO_BYTES];
-        while stream.read_exact(&mut message).is_ok() && stream.write_all(&message).is_ok() {}
+        match wait {
+            EchoWait::Blocking => echo_blocking(stream),
+            EchoWait::Epoll => echo_epoll(stream),
+            EchoWait::Reactor => echo_on_reactor(stream),
+        }
     });
     answer_counts(|| [0; 5]);
+}
+
+fn echo_blocking(mut stream: std::net::TcpStream) {
+    use std::io::Read as _;
+    let mut message = [0u8; ECHO_BYTES];
+    while stream.read_exact(&mut message).is_ok() && stream.write_all(&message).is_ok() {}
+}
+
+/// Reads what a non-blocking socket has with `read` and echoes each whole message with
+/// `write`: `Ok(true)` to read again, `Ok(false)` once a read would block, an error when the
+/// connection ends.
+fn echo_available(
+    read: impl FnOnce(&mut [u8]) -> std::io::Result<usize>,
+    write: impl FnOnce(&[u8]) -> std::io::Result<usize>,
+    message: &mut [u8; ECHO_BYTES],
+    have: &mut usize,
+) -> std::io::Result<bool> {
+    match read(&mut message[*have..]) {
+        Ok(0) => Err(std::io::ErrorKind::UnexpectedEof.into()),
+        Ok(n) => {
+            *have += n;
+            if *have == ECHO_BYTES {
+                // 64 bytes fit an empty loopback socket's buffer: never `EAGAIN` or short.
+                if write(message)? != ECHO_BYTES {
+                    return Err(std::io::ErrorKind::WriteZero.into());
+                }
+                *have = 0;
+            }
+            Ok(true)
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+fn echo_epoll(stream: std::net::TcpStream) {
+    use rustix::event::epoll;
+    use std::io::Read as _;
+    stream.set_nonblocking(true).unwrap();
+    let poller = epoll::create(epoll::CreateFlags::CLOEXEC).unwrap();
+    epoll::add(
+        &poller,
+        &stream,
+        epoll::EventData::new_u64(0),
+        epoll::EventFlags::IN,
+    )
+    .unwrap();
+    let mut events = [std::mem::MaybeUninit::<epoll::Event>::uninit(); 1];
+    let (mut message, mut have) = ([0u8; ECHO_BYTES], 0);
+    loop {
+        let read = |buf: &mut [u8]| (&stream).read(buf);
+        let write = |buf: &[u8]| (&stream).write(buf);
+        match echo_available(read, write, &mut message, &mut have) {
+            Ok(true) => {}
+            Ok(false) if epoll::wait(&poller, &mut events, None).is_ok() => {}
+            Ok(false) | Err(_) => return,
+        }
+    }
+}
+
+/// As fuse-session's reader waits: a read that would block clears the socket's readiness, and
+/// the task parks until the runtime's reactor reports it again.
+fn echo_on_reactor(stream: std::net::TcpStream) {
+    stream.set_nonblocking(true).unwrap();
+    // Built as a serving thread's runtime is (`fusefs::ServingThreads`).
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async move {
+        let stream = tokio::net::TcpStream::from_std(stream).unwrap();
+        let (mut message, mut have) = ([0u8; ECHO_BYTES], 0);
+        loop {
+            let read = |buf: &mut [u8]| stream.try_read(buf);
+            let write = |buf: &[u8]| stream.try_write(buf);
+            match echo_available(read, write, &mut message, &mut have) {
+                Ok(true) => {}
+                Ok(false) if stream.readable().await.is_ok() => {}
+                Ok(false) | Err(_) => return,
+            }
+        }
+    });
 }
 
 /// Row 3a's phase: `ECHO_BYTES` out and back.
@@ -733,6 +850,8 @@ enum Row {
     FuseLayer,
     Echo,
     Refused,
+    EchoEpoll,
+    EchoReactor,
     CallsStandIn,
     CallsReference,
     NodeStandIn,
@@ -740,11 +859,13 @@ enum Row {
 }
 
 impl Row {
-    const ALL: [Row; 8] = [
+    const ALL: [Row; 10] = [
         Row::Libfuse,
         Row::FuseLayer,
         Row::Echo,
         Row::Refused,
+        Row::EchoEpoll,
+        Row::EchoReactor,
         Row::CallsStandIn,
         Row::CallsReference,
         Row::NodeStandIn,
@@ -757,6 +878,8 @@ impl Row {
             Row::FuseLayer => "(2) fusefs FUSE layer alone (session + Fs, memory worker)",
             Row::Echo => "(3a) loopback TCP, 64 B each way, blocking, two processes",
             Row::Refused => "(3b) lease-client → worker, empty handler (no such volume)",
+            Row::EchoEpoll => "(3c) as 3a, the server reads to EAGAIN and waits in epoll_wait",
+            Row::EchoReactor => "(3d) as 3c, the server parks in a current-thread tokio runtime",
             Row::CallsStandIn => "(4a) lease-client → worker, stand-in from memory",
             Row::CallsReference => "(4b) lease-client → reference worker",
             Row::NodeStandIn => "(5) fusefs → lease-client → worker, stand-in from memory",
@@ -772,7 +895,7 @@ impl Row {
     fn phases(self) -> &'static [&'static str] {
         match self {
             Row::Libfuse | Row::FuseLayer | Row::NodeStandIn | Row::NodeReference => &FUSE_PHASES,
-            Row::Echo => &["round trip"],
+            Row::Echo | Row::EchoEpoll | Row::EchoReactor => &["round trip"],
             Row::Refused => &["call refused"],
             Row::CallsStandIn | Row::CallsReference => &CALL_PHASES,
         }
@@ -782,7 +905,12 @@ impl Row {
     fn has_fuse(self) -> bool {
         !matches!(
             self,
-            Row::Echo | Row::Refused | Row::CallsStandIn | Row::CallsReference
+            Row::Echo
+                | Row::EchoEpoll
+                | Row::EchoReactor
+                | Row::Refused
+                | Row::CallsStandIn
+                | Row::CallsReference
         )
     }
 
@@ -807,7 +935,7 @@ fn main() {
         [mode, dir, kind] if mode == SERVE_WORKER => {
             return serve_worker(Path::new(dir), kind == "stand-in");
         }
-        [mode, dir] if mode == SERVE_ECHO => return serve_echo(Path::new(dir)),
+        [mode, dir, wait] if mode == SERVE_ECHO => return serve_echo(Path::new(dir), wait),
         _ => {}
     }
     if !common::private_namespace("fusefs floor benchmark") {
@@ -886,12 +1014,18 @@ fn main() {
     let alone = start_fusefs("fusefs alone", &alone_mount, None);
     let (stand_in, stand_in_dir) = start_worker("stand-in worker", "stand-in");
     let (reference, reference_dir) = start_worker("reference worker", "reference");
-    let echo_dir = work.path().join("echo");
-    fs::create_dir_all(&echo_dir).unwrap();
-    let echo_endpoint = echo_dir.join("endpoint");
-    let mut echo_command = Command::new(&this);
-    echo_command.arg(SERVE_ECHO).arg(&echo_dir);
-    let echo = Server::start("echo", echo_command, None, || echo_endpoint.exists());
+    let start_echo = |name: &'static str, wait: EchoWait| {
+        let dir = work.path().join(format!("echo-{}", wait.arg()));
+        fs::create_dir_all(&dir).unwrap();
+        let endpoint = dir.join("endpoint");
+        let mut command = Command::new(&this);
+        command.arg(SERVE_ECHO).arg(&dir).arg(wait.arg());
+        let server = Server::start(name, command, None, || endpoint.exists());
+        (server, endpoint)
+    };
+    let echo = start_echo("echo, blocking", EchoWait::Blocking);
+    let echo_epoll = start_echo("echo, epoll_wait", EchoWait::Epoll);
+    let echo_reactor = start_echo("echo, tokio's reactor", EchoWait::Reactor);
     let node_stand_in_mount = mount_point("node-stand-in");
     let node_stand_in = start_fusefs(
         "fusefs over the stand-in",
@@ -918,9 +1052,12 @@ fn main() {
         client: WorkerFiles::read(dir).client_on(volume, client_runtime.handle().clone()),
         next_id: u128::from(std::process::id()) << 64,
     };
-    let mut echo_stream =
-        std::net::TcpStream::connect(fs::read_to_string(&echo_endpoint).unwrap()).unwrap();
-    echo_stream.set_nodelay(true).unwrap();
+    let connect_echo = |endpoint: &Path| {
+        let stream = std::net::TcpStream::connect(fs::read_to_string(endpoint).unwrap()).unwrap();
+        stream.set_nodelay(true).unwrap();
+        stream
+    };
+    let mut echo_streams = [&echo, &echo_epoll, &echo_reactor].map(|(_, e)| connect_echo(e));
     let mut to_no_volume = caller(&stand_in_dir, "no-such-volume");
     let mut to_stand_in = caller(&stand_in_dir, VOLUME);
     let mut to_reference = caller(&reference_dir, VOLUME);
@@ -935,7 +1072,15 @@ fn main() {
             let phases = match row {
                 Row::Libfuse => fuse_round(&libfuse_mount, sides(Some(&libfuse), None), ops),
                 Row::FuseLayer => fuse_round(&alone_mount, sides(Some(&alone), None), ops),
-                Row::Echo => echo_round(&mut echo_stream, sides(None, Some(&echo)), ops),
+                Row::Echo => echo_round(&mut echo_streams[0], sides(None, Some(&echo.0)), ops),
+                Row::EchoEpoll => {
+                    echo_round(&mut echo_streams[1], sides(None, Some(&echo_epoll.0)), ops)
+                }
+                Row::EchoReactor => echo_round(
+                    &mut echo_streams[2],
+                    sides(None, Some(&echo_reactor.0)),
+                    ops,
+                ),
                 Row::Refused => refused_round(&mut to_no_volume, sides(None, Some(&stand_in)), ops),
                 Row::CallsStandIn => {
                     call_round(&mut to_stand_in, sides(None, Some(&stand_in)), ops)
@@ -958,9 +1103,11 @@ fn main() {
             results[at].push(phases);
         }
     }
-    drop((to_no_volume, to_stand_in, to_reference, echo_stream));
+    drop((to_no_volume, to_stand_in, to_reference, echo_streams));
     for server in [
-        echo,
+        echo.0,
+        echo_epoll.0,
+        echo_reactor.0,
         node_reference,
         node_stand_in,
         alone,
@@ -1012,7 +1159,7 @@ fn report(results: &[Vec<Vec<Phase>>], ops: usize, libfuse: &str, placement: &st
                     format!("{:.2}", of(|p| p.calls_per_op.iter().sum()))
                 }
                 Row::Libfuse | Row::FuseLayer => "–".to_owned(),
-                Row::Echo => "0".to_owned(),
+                Row::Echo | Row::EchoEpoll | Row::EchoReactor => "0".to_owned(),
                 _ => "1".to_owned(),
             };
             let shown = |value: f64, digits: usize, present: bool| {
@@ -1035,7 +1182,7 @@ fn report(results: &[Vec<Vec<Phase>>], ops: usize, libfuse: &str, placement: &st
             );
         }
     }
-    if Row::ALL[2..6].iter().any(|&row| ran(row)) {
+    if Row::ALL[2..8].iter().any(|&row| ran(row)) {
         println!();
         println!(
             "Worker calls/op of rows 3 and 4 are by construction (one call, or none, per operation), not counted; rows 5 and 6 count theirs in the FUSE server."
@@ -1052,6 +1199,14 @@ fn report(results: &[Vec<Vec<Phase>>], ops: usize, libfuse: &str, placement: &st
         println!(
             "{operation}: fusefs's FUSE layer at {:.2}x the libfuse floor (p50; target ≤ 1.5x)",
             p50(Row::FuseLayer, phase) / p50(Row::Libfuse, phase)
+        );
+    }
+    if ran(Row::EchoEpoll) && ran(Row::EchoReactor) {
+        let cpu = |row: Row| figure(results, row, 0, |p| p.worker_cpu_us);
+        println!(
+            "a wait in tokio's reactor against a bare epoll_wait (3d - 3c): {:+.1} µs of the server's CPU and {:+.1} µs of round trip (p50) per message",
+            cpu(Row::EchoReactor) - cpu(Row::EchoEpoll),
+            p50(Row::EchoReactor, 0) - p50(Row::EchoEpoll, 0),
         );
     }
     for (phase, name) in CALL_PHASES
