@@ -20,9 +20,9 @@ use tak_os_node::config::Cli;
 use tonic::Code;
 
 use crate::support::{
-    Cluster, ServerProcess, ShowOnFailure, VerifiedStream, epoch_of, mount_id, mounts_under,
-    owner_flags, privileged, publish_request, stage_request, unpublish_request, unstage_request,
-    within,
+    Cluster, ServerProcess, ShowOnFailure, VerifiedStream, epoch_of, log_to, mount_id,
+    mounts_under, owner_flags, privileged, publish_request, stage_request, unpublish_request,
+    unstage_request, within,
 };
 
 const CHILD_ENV: &str = "TAK_OS_NODE_TEST_FRONTEND";
@@ -94,12 +94,13 @@ fn the_frontend_restarts_under_io_without_breaking_a_mount() {
     privileged(
         "the_frontend_restarts_under_io_without_breaking_a_mount",
         async || {
-            // The owner's logs go to this process's stderr, the frontends' to a file shown
-            // if the test fails, so that a failure says where each process was.
-            observe::init_logging(observe::LogFormat::Text);
             let cluster = Cluster::start("vol-front", worker::AccessMode::Rwo).await;
             let dir = cluster.dir.path().to_owned();
-            let _logs = ShowOnFailure(dir.join("frontends.log"));
+            // The owner's and the frontends' logs, shown if the test fails, so that a failure
+            // says where each process was.
+            log_to(&dir.join("owner.log"));
+            let _owner_log = ShowOnFailure(dir.join("owner.log"));
+            let _frontend_log = ShowOnFailure(dir.join("frontends.log"));
             let node = cluster.node("node-a");
             let owner_socket = dir.join("owner.sock");
             let flags = owner_flags(&owner_socket, "node-a", &node.kubelet, &cluster.credentials);

@@ -353,6 +353,21 @@ pub(crate) async fn within<T>(bound: Duration, what: &str, future: impl Future<O
         .unwrap_or_else(|_| panic!("not within {bound:?}: {what}"))
 }
 
+/// Sends this process's logs (the in-process owner's) to `file` from now on, so that they
+/// stay out of the test's output unless [`ShowOnFailure`] shows them. Once per process: a
+/// later call changes nothing.
+pub(crate) fn log_to(file: &Path) {
+    let file = fs::File::create(file).unwrap();
+    let filter = tracing_subscriber::EnvFilter::new("info");
+    let logs = observe::subscriber(
+        observe::LogFormat::Text,
+        filter,
+        false,
+        std::sync::Mutex::new(file),
+    );
+    let _ = tracing::subscriber::set_global_default(logs);
+}
+
 /// A log file that is printed to stderr when it is dropped during a failure (a panic), before
 /// the temporary directory it is in goes away.
 pub(crate) struct ShowOnFailure(pub(crate) PathBuf);
