@@ -487,7 +487,7 @@ fn echo_on_reactor(stream: std::net::TcpStream) {
     });
 }
 
-/// Row 3a's phase: `ECHO_BYTES` out and back.
+/// The phase of rows 3a, 3c and 3d: `ECHO_BYTES` out and back.
 fn echo_round(stream: &mut std::net::TcpStream, sides: Sides<'_>, ops: usize) -> Vec<Phase> {
     use std::io::Read as _;
     let mut message = [7u8; ECHO_BYTES];
