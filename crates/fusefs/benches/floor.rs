@@ -354,7 +354,7 @@ fn serve_worker(dir: &Path, stand_in: bool) {
 }
 
 /// How an echo server (rows 3a, 3c, 3d) waits for the next message.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+#[derive(Clone, Copy)]
 enum EchoWait {
     /// In a blocking `read` (3a).
     Blocking,
@@ -383,8 +383,8 @@ impl EchoWait {
 /// connection, on one thread that waits as `wait` says, after writing its port to
 /// `dir/endpoint`; ends when stdin closes.
 fn serve_echo(dir: &Path, wait: &str) {
-    let wait = *EchoWait::ALL
-        .iter()
+    let wait = EchoWait::ALL
+        .into_iter()
         .find(|w| w.arg() == wait)
         .unwrap_or_else(|| panic!("no echo server waits {wait:?}"));
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
